@@ -1,31 +1,66 @@
-"""The PyTorch boundary of DESIGN.md: torchkiln never reaches into the system it
-re-implements (torch._dynamo, torch._inductor, AOT autograd internals, torch.compile,
-torch.export, torch._C._dynamo).  The bench harness may call torch.compile as a peer.
+"""The PyTorch boundary of DESIGN.md: torchkiln's code never imports or calls the
+system it re-implements (torch._dynamo, torch._inductor, AOT autograd internals,
+torch.compile, torch.compiler, torch.export, torch._C._dynamo).  Checked on the syntax
+tree, so docstrings may name those modules.  The bench harness may call torch.compile
+as the peer it is measured against.  A line that only refers to such a function as a
+value to recognise (capture folds ``torch.compiler.is_compiling()`` to True) carries
+the comment ``# boundary: ok``.
 """
+import ast
 import pathlib
 import re
 
 import torchkiln
 
 FORBIDDEN = re.compile(
-    r"torch\._dynamo|torch\._inductor|torch\._functorch\.(aot_autograd|partitioners|_aot_autograd|compile)\b"
-    r"|torch\._C\._dynamo|torch\.compile\(|torch\.compiler\b|torch\.export\b|torch\._export\b"
-    r"|from\s+torch\s+import\s+.*\b(_dynamo|_inductor|compiler|export)\b"
+    r"^torch\.(_dynamo|_inductor|compile|compiler|export|_export|_C\._dynamo)(\.|$)"
+    r"|^torch\._functorch\.(aot_autograd|partitioners|_aot_autograd|compile)(\.|$)"
 )
-# Lines that only *mention* a forbidden name as data (e.g. to make
-# torch._dynamo.is_compiling() fold to True during capture) are marked with this tag.
-ALLOW_TAG = "boundary: ok"
 PEER_DIRS = ("bench",)
+
+
+def _dotted(node):
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _violations(source: str):
+    lines = source.splitlines()
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Attribute):
+            dotted = _dotted(node)
+            names = [dotted] if dotted else []
+        for name in names:
+            if FORBIDDEN.search(name) and "boundary: ok" not in lines[node.lineno - 1]:
+                yield node.lineno, name
 
 
 def test_no_forbidden_imports():
     root = pathlib.Path(torchkiln.__file__).parent
     hits = []
-    for path in root.rglob("*.py"):
+    for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
         if rel.parts[0] in PEER_DIRS:
             continue
-        for lineno, line in enumerate(path.read_text().splitlines(), 1):
-            if FORBIDDEN.search(line) and ALLOW_TAG not in line and not line.lstrip().startswith("#"):
-                hits.append(f"{rel}:{lineno}: {line.strip()}")
-    assert not hits, "forbidden references:\n" + "\n".join(hits)
+        for lineno, name in _violations(path.read_text()):
+            hits.append(f"{rel}:{lineno}: {name}")
+    assert not hits, "forbidden references:\n" + "\n".join(sorted(set(hits)))
+
+
+def test_checker_catches_imports():
+    assert list(_violations("import torch._dynamo\n"))
+    assert list(_violations("from torch._inductor import config\n"))
+    assert list(_violations("y = torch.compile(f)\n"))
+    assert not list(_violations('"""torch._dynamo is re-implemented here"""\n'))
+    assert not list(_violations("f = torch.compiler.is_compiling  # boundary: ok\n"))
