@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One batched GPU session (run by hand through the device tool): the test suite on a CUDA
+# machine (Python 3.12, torch 2.11, Triton 3.6) and the benchmarks, logs under $OUT.
+# Usage: bash benchmarks/gpu_check.sh [tests|bench|all]
+set -u
+what=${1:-all}
+OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+python3 -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())' | tee "$OUT/env.txt"
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  for d in capture aot codegen; do
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -x --timeout 120 -n 8 tests/$d 2>&1 | tail -n 25 > "$OUT/test_$d.txt"
+    echo "== tests/$d: $(tail -n 1 "$OUT/test_$d.txt")"
+  done
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  timeout 240 python3 benchmarks/codegen_bench.py --device cuda 2>&1 | tail -n 40 > "$OUT/codegen_bench.txt"; cat "$OUT/codegen_bench.txt"
+  timeout 300 python3 -m torchkiln.cli bench --device cuda --peer 2>&1 | tail -n 60 > "$OUT/bench.txt"; cat "$OUT/bench.txt"
+fi
