@@ -1,0 +1,124 @@
+"""Entry point of capture for one frame: bytecode → FX graph(s) + guards + transformed code.
+
+The frontend (``eval_frame``) calls :func:`convert_frame` on a cache miss and stores the
+returned :class:`CacheEntry`; on later calls it runs ``entry.guard.check(f_locals)`` and,
+when that passes, ``entry.fn(*args, **kwargs)``.  This mirrors TorchDynamo's
+``convert_frame``: capture symbolically interprets the function's bytecode
+(:mod:`.symbolic_convert`), compiles the captured graph with the backend, and returns
+code that runs the graph, replays side effects and continues after graph breaks.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+import warnings
+from typing import Any, Callable
+
+from ..exc import Unsupported
+from .dynamic_policy import DynamicPolicy
+
+
+@dataclasses.dataclass
+class BreakReason:
+    """Why a graph break happened: ``reason`` text and the user's ``file:line``."""
+
+    reason: str
+    user_stack: str
+
+    def __str__(self) -> str:
+        return f"{self.reason} ({self.user_stack})"
+
+
+@dataclasses.dataclass
+class CacheEntry:
+    """One captured version of a frame.
+
+    ``guard``: a :class:`~torchkiln.capture.guards.Guard` (``check(f_locals) -> bool``,
+    ``failure_reason(f_locals) -> str | None``, ``code_parts``, and
+    ``size_failures(f_locals) -> dict[source_name, set[dim]] | None``: the tensor dims
+    whose sizes changed, when sizes are the only failing guards — input for automatic
+    dynamic).  ``fn(*args, **kwargs)`` runs the transformed code with the original
+    arguments; ``run(f_locals)`` does the same from already-bound locals (faster).
+    ``graphs``: the FX graphs compiled for this frame (not those of resume functions);
+    ``break_reasons``: graph breaks met while capturing this frame.
+    """
+
+    guard: Any
+    fn: Callable
+    run: Callable[[dict], Any]
+    graphs: list = dataclasses.field(default_factory=list)
+    break_reasons: list[BreakReason] = dataclasses.field(default_factory=list)
+
+
+def bind_locals(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict:
+    """The frame's ``f_locals`` after binding ``args``/``kwargs`` to ``fn``'s parameters.
+
+    ``*args`` and ``**kwargs`` parameters become a tuple and a dict; free variables of a
+    closure are included under their names (as in a real frame's ``f_locals``).  Raises
+    ``TypeError`` on arguments that do not bind, as calling ``fn`` would.
+    """
+    code = fn.__code__
+    if not kwargs and code.co_flags & 0x0C == 0 and len(args) == code.co_argcount and not code.co_kwonlyargcount:
+        f_locals = dict(zip(code.co_varnames, args))
+    else:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound.apply_defaults()
+        f_locals = dict(bound.arguments)
+    if fn.__closure__:
+        for name, cell in zip(code.co_freevars, fn.__closure__):
+            try:
+                f_locals[name] = cell.cell_contents
+            except ValueError:
+                pass
+    return f_locals
+
+
+def _skip_entry(fn: types.FunctionType) -> CacheEntry:
+    from .guards import Guard
+
+    return CacheEntry(guard=Guard.always(), fn=fn, run=lambda f_locals: _call_with_locals(fn, f_locals))
+
+
+def _call_with_locals(fn: types.FunctionType, f_locals: dict):
+    """Call ``fn`` with arguments taken from bound ``f_locals``."""
+    code = fn.__code__
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 4) + bool(code.co_flags & 8)]
+    pos = [f_locals[n] for n in names[: code.co_argcount]]
+    kw = {n: f_locals[n] for n in names[code.co_argcount: code.co_argcount + code.co_kwonlyargcount]}
+    i = code.co_argcount + code.co_kwonlyargcount
+    if code.co_flags & 4:
+        pos.extend(f_locals[names[i]])
+        i += 1
+    if code.co_flags & 8:
+        kw.update(f_locals[names[i]])
+    return fn(*pos, **kw)
+
+
+def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, backend: Callable, fullgraph: bool,
+                  dynamic: DynamicPolicy, compile_wrapper: Callable) -> CacheEntry:
+    """Capture one call of ``fn`` and return a guarded :class:`CacheEntry`.
+
+    Raises :class:`torchkiln.exc.Unsupported` only when ``fullgraph`` is True (naming the
+    reason and the user's ``file:line``); otherwise unsupported code becomes graph
+    breaks, and an unexpected internal error runs the frame eagerly with one warning.
+    When the frame does nothing with tensors, the entry just calls ``fn`` (torch's
+    "skip frame") and no graph is counted.
+    """
+    try:
+        from .symbolic_convert import capture_frame
+    except ImportError:
+        return _skip_entry(fn)
+    f_locals = bind_locals(fn, args, kwargs)
+    try:
+        return capture_frame(fn, f_locals, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
+                             compile_wrapper=compile_wrapper)
+    except Unsupported:
+        if fullgraph:
+            raise
+        return _skip_entry(fn)
+    except Exception as e:  # noqa: BLE001 - any internal failure must fall back safely
+        if fullgraph or getattr(e, "_torchkiln_user_error", False):
+            raise
+        warnings.warn(f"torchkiln: capture of {fn.__qualname__} failed ({type(e).__name__}: {e}); running it eagerly")
+        return _skip_entry(fn)
