@@ -1,0 +1,29 @@
+"""Settings of the code generator (``torchkiln.codegen.config``; mirrors ``torch._inductor.config``)."""
+from __future__ import annotations
+
+from ..config import Config
+
+config = Config(
+    "torchkiln.codegen.config",
+    # Print extra checks into the wrapper (output strides of extern kernels).
+    debug=False,
+    # Ops without a lowering run their ATen kernel (counted in metrics.fallback_ops);
+    # False raises instead (used by tests that check coverage).
+    implicit_fallbacks=True,
+    # No FX graph cache yet: only compiled kernels are cached on disk.
+    fx_graph_cache=False,
+    # Generator for CPU tensors: "cpp" (C++/OpenMP) or "triton" (TRITON_INTERPRET=1).
+    cpu_backend="cpp",
+    # Threads of the C++ kernels; None follows torch.get_num_threads() at call time.
+    cpp_threads=None,
+    # Outer loops are parallelized with OpenMP only above this many elements of work.
+    cpp_parallel_min_work=32768,
+    # C++ compiler and extra flags.
+    cpp_cxx="g++",
+    cpp_march_native=True,
+    # A pointwise value read by several consumers is stored to memory (not recomputed)
+    # when its expression has more operations than this.
+    realize_ops_threshold=24,
+    # Keep the wrapper sizes/strides assertions for graph inputs (debugging aid).
+    size_asserts=False,
+)
