@@ -1,47 +1,18 @@
 """Graph capture from Python bytecode (the TorchDynamo part of the system).
 
-Placeholder until the capture stage lands: ``compile`` returns the callable unchanged.
+Public names (re-exported by ``torchkiln``): :func:`compile`, :class:`optimize`,
+:func:`reset`, :func:`disable`, :func:`graph_break`, :func:`allow_in_graph`,
+:func:`explain`, :func:`mark_dynamic`, :func:`mark_static`, :class:`OptimizedModule`.
 """
 from __future__ import annotations
 
+from ..shapes import mark_dynamic, mark_static, maybe_mark_dynamic
+from .api import allow_in_graph, disable, graph_break
+from .eval_frame import compile, optimize, register_reset_hook, reset
+from .explain import ExplainOutput, explain
+from .optimized_module import OptimizedModule
 
-def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None, disable=False):
-    if model is None:
-        return lambda m: compile(m, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode, options=options, disable=disable)
-    return model
-
-
-def optimize(backend="inductor", *, nopython=False, guard_fail_fn=None, dynamic=None):
-    return lambda fn: fn
-
-
-def reset():
-    pass
-
-
-def disable(fn=None, recursive=True):
-    return fn if fn is not None else (lambda f: f)
-
-
-def graph_break():
-    pass
-
-
-def allow_in_graph(fn):
-    return fn
-
-
-def explain(fn, *args, **kwargs):
-    raise NotImplementedError
-
-
-def mark_dynamic(t, index, *, min=None, max=None):
-    pass
-
-
-def mark_static(t, index=None):
-    pass
-
-
-class OptimizedModule:
-    pass
+__all__ = [
+    "compile", "optimize", "reset", "disable", "graph_break", "allow_in_graph", "explain", "ExplainOutput",
+    "mark_dynamic", "mark_static", "maybe_mark_dynamic", "OptimizedModule", "register_reset_hook",
+]

@@ -1,0 +1,332 @@
+"""The compiled wrapper: per-code-object guarded cache, recompiles, automatic dynamic.
+
+torch.compile installs a C frame-evaluation hook; torchkiln has none.  Instead the
+callable that :func:`compile` returns *is* the hook for its function: a call binds the
+arguments to the frame's ``f_locals``, runs the guard of each cached entry of the
+function's code object (most recent first) and runs the first entry whose guard
+passes; on a miss it asks capture (:func:`~torchkiln.capture.convert_frame.convert_frame`)
+for a new entry.  Functions that capture calls through ``compile_wrapper`` (resume
+functions after a graph break, callees that break) get the same machinery, so each
+becomes a frame of its own, as under torch.compile.
+
+Recompile policy, as ``torch._dynamo``'s: ``config.cache_size_limit`` entries per code
+object, then misses run eagerly with one warning; ``config.error_on_recompile`` raises
+:class:`~torchkiln.exc.RecompileError`; ``guard_fail_fn(GuardFail(reason, code))`` sees
+the first failing guard of the most recent entry; ``TORCHKILN_LOGS=recompiles`` prints
+it; automatic dynamic recompiles with the dims whose sizes changed made symbolic.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import inspect
+import types
+import warnings
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from ..backends import lookup_backend
+from ..config import config
+from ..exc import RecompileError
+from ..shapes.automatic import FrameShapeState
+from ..utils.counters import reset_counters
+from ..utils.logging import artifact_enabled, get_artifact_logger
+from . import api
+from .convert_frame import bind_locals, convert_frame
+
+GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
+"""What ``guard_fail_fn`` receives (``torch._dynamo.types.GuardFail``): the first
+failing guard's text and the code object being recompiled."""
+
+_recompiles_log = get_artifact_logger("recompiles")
+_guards_log = get_artifact_logger("guards")
+_reset_hooks: list[Callable[[], None]] = []
+
+
+class FrameCache:
+    """Everything cached for one code object: guarded entries, most recent first."""
+
+    __slots__ = ("code", "hot", "entries", "shapes", "limit_warned", "keepalive")
+
+    def __init__(self, code: types.CodeType, keepalive: Any = None) -> None:
+        self.code = code
+        # (context key, guard check, entry.run): read on every call.
+        self.hot: list[tuple[object, Callable, Callable]] = []
+        self.entries: list[tuple[object, Any]] = []
+        self.shapes = FrameShapeState()
+        self.limit_warned = False
+        self.keepalive = keepalive  # a closure's cells: keeps their ids unique while cached
+
+    def clear(self) -> None:
+        self.hot.clear()
+        self.entries.clear()
+        self.shapes = FrameShapeState()
+        self.limit_warned = False
+
+    def add(self, key: object, entry: Any) -> None:
+        self.entries.insert(0, (key, entry))
+        self.hot.insert(0, (key, entry.guard.check, entry.run))
+
+
+_frame_caches: dict[Any, FrameCache] = {}
+
+
+def frame_cache_for(fn: types.FunctionType) -> FrameCache:
+    """The cache of ``fn``'s code object.
+
+    Functions with a closure are cached per (code, cells): the transformed code runs
+    with the closure of the function it was captured from.
+    """
+    code = fn.__code__
+    key = code if not fn.__closure__ else (code, tuple(map(id, fn.__closure__)))
+    fc = _frame_caches.get(key)
+    if fc is None:
+        fc = _frame_caches[key] = FrameCache(code, fn.__closure__)
+    return fc
+
+
+def register_reset_hook(hook: Callable[[], None]) -> Callable[[], None]:
+    """Have :func:`reset` call ``hook()`` (later stages drop their in-memory caches)."""
+    _reset_hooks.append(hook)
+    return hook
+
+
+def reset() -> None:
+    """Drop every in-memory cache and counter (mirrors ``torch._dynamo.reset``).
+
+    Compiled wrappers stay valid and capture again on their next call.  Disk caches
+    are not touched.
+    """
+    for fc in _frame_caches.values():
+        fc.clear()
+    _context_keys.clear()
+    reset_counters()
+    for hook in list(_reset_hooks):
+        hook()
+
+
+class _BackendCall:
+    """A backend with ``mode``/``options`` bound (torch's ``_TorchCompileWrapper``)."""
+
+    def __init__(self, compiler_fn: Callable, kwargs: dict) -> None:
+        self.compiler_fn = compiler_fn
+        self.kwargs = kwargs
+        self.__name__ = getattr(compiler_fn, "__name__", type(compiler_fn).__name__)
+
+    def __call__(self, gm, example_inputs):
+        return self.compiler_fn(gm, example_inputs, **self.kwargs)
+
+
+# Interned context keys; each holds its compiler_fn so the id in the key stays unique.
+_context_keys: dict[tuple, tuple[object, Callable]] = {}
+
+
+class CompileContext:
+    """How to compile: backend, fullgraph, dynamic, guard_fail_fn.
+
+    Cache entries made under one context are reused only by calls under an equal
+    context (same backend object and options, fullgraph and dynamic), as torch's
+    backend-match guard does.
+    """
+
+    def __init__(self, backend="inductor", *, fullgraph: bool = False, dynamic: bool | None = None,
+                 mode: str | None = None, options: dict | None = None,
+                 guard_fail_fn: Callable | None = None) -> None:
+        self._args = (backend, fullgraph, dynamic, mode, options, guard_fail_fn)
+        compiler_fn = lookup_backend(backend)
+        kwargs = {}
+        if mode and mode != "default":
+            kwargs["mode"] = mode
+        if options:
+            kwargs["options"] = dict(options)
+        self.backend = _BackendCall(compiler_fn, kwargs) if kwargs else compiler_fn
+        self.backend_name = backend if isinstance(backend, str) else getattr(compiler_fn, "__name__", str(compiler_fn))
+        self.fullgraph = fullgraph
+        self.dynamic = dynamic
+        self.guard_fail_fn = guard_fail_fn
+        self.on_entry: Callable | None = None  # explain() collects entries here
+        key_parts = (id(compiler_fn), repr(sorted(kwargs.items())), fullgraph, dynamic)
+        self.key = _context_keys.setdefault(key_parts, (object(), compiler_fn))[0]
+        self._wrappers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __reduce__(self):
+        backend, fullgraph, dynamic, mode, options, guard_fail_fn = self._args
+        return (_rebuild_context, (backend, fullgraph, dynamic, mode, options, guard_fail_fn))
+
+    def __call__(self, fn):
+        """Compile ``fn`` (function, bound method, nn.Module or callable object)."""
+        if isinstance(fn, torch.nn.Module):
+            from .optimized_module import OptimizedModule
+
+            if isinstance(fn, OptimizedModule):
+                fn = fn._orig_mod
+            return OptimizedModule(fn, self)
+        if not callable(fn):
+            raise TypeError(f"torchkiln.compile expects a callable, got {type(fn).__name__}")
+        return self.wrap(fn)
+
+    def wrap(self, fn: Callable) -> Callable:
+        """The compiled wrapper of a callable (the ``compile_wrapper`` given to capture)."""
+        fn = getattr(fn, "_torchkiln_compiled_orig", fn)  # re-wrapping a wrapper wraps its original
+        if isinstance(fn, types.MethodType):
+            return types.MethodType(self.wrap(fn.__func__), fn.__self__)
+        if not isinstance(fn, types.FunctionType):
+            call = getattr(type(fn), "__call__", None)
+            if isinstance(call, types.FunctionType):
+                return types.MethodType(self.wrap(call), fn)
+            return fn  # a C function has no bytecode to capture: torch runs it as is too
+        try:
+            return self._wrappers[fn]
+        except KeyError:
+            wrapper = self._wrappers[fn] = _make_wrapper(fn, self)
+            return wrapper
+
+
+def _rebuild_context(backend, fullgraph, dynamic, mode, options, guard_fail_fn) -> CompileContext:
+    return CompileContext(backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=options,
+                          guard_fail_fn=guard_fail_fn)
+
+
+def _make_binder(fn: types.FunctionType) -> Callable[[tuple, dict], dict]:
+    """A fast ``bind_locals`` for the common call (all positional, exact count)."""
+    code = fn.__code__
+    n = code.co_argcount
+    names = code.co_varnames[:n]
+    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or code.co_kwonlyargcount or fn.__closure__:
+        return functools.partial(bind_locals, fn)
+
+    def binder(args, kwargs):
+        if not kwargs and len(args) == n:
+            return dict(zip(names, args))
+        return bind_locals(fn, args, kwargs)
+
+    return binder
+
+
+def _make_wrapper(fn: types.FunctionType, ctx: CompileContext) -> Callable:
+    fc = frame_cache_for(fn)
+    hot = fc.hot
+    key = ctx.key
+    binder = _make_binder(fn)
+    tls = api._tls
+
+    def compiled(*args, **kwargs):
+        if getattr(tls, "disabled", False):
+            return fn(*args, **kwargs)
+        f_locals = binder(args, kwargs)
+        for entry_key, check, run in hot:
+            if entry_key is key and check(f_locals):
+                return run(f_locals)
+        return _on_miss(fc, ctx, fn, args, kwargs, f_locals)
+
+    functools.update_wrapper(compiled, fn)
+    compiled._torchkiln_compiled_orig = fn
+    compiled._torchkiln_orig_callable = fn
+    compiled._torchkiln_context = ctx
+    return compiled
+
+
+def _location(code: types.CodeType) -> str:
+    return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+def _on_miss(fc: FrameCache, ctx: CompileContext, fn: types.FunctionType, args: tuple, kwargs: dict,
+             f_locals: dict):
+    """No cached entry's guard passed: recompile (policy permitting) and run."""
+    code = fc.code
+    previous = next((entry for k, entry in fc.entries if k is ctx.key), None)
+    if previous is not None:
+        reason = previous.guard.failure_reason(f_locals) or "unknown guard failure"
+        message = (f"Recompiling function {code.co_name} in {_location(code)}, triggered by the following "
+                   f"guard failure(s):\n    - {reason}")
+        if config.error_on_recompile:
+            raise RecompileError(message)
+        _recompiles_log.debug(message)
+        if ctx.guard_fail_fn is not None:
+            ctx.guard_fail_fn(GuardFail(reason, code))
+        if ctx.dynamic is not False and config.automatic_dynamic_shapes:
+            fc.shapes.note_size_failures(previous.guard.size_failures(f_locals))
+    limit = config.cache_size_limit
+    if len(fc.entries) >= limit:
+        if not fc.limit_warned:
+            fc.limit_warned = True
+            last = previous.guard.failure_reason(f_locals) if previous is not None else None
+            warnings.warn(
+                f"torchkiln hit config.cache_size_limit ({limit})\n   function: {code.co_name!r} ({_location(code)})\n"
+                f"   last reason: {last}\nIt now runs eagerly on a cache miss. To log all recompilation reasons, "
+                f"use TORCHKILN_LOGS=\"recompiles\".")
+        return fn(*args, **kwargs)
+    policy = fc.shapes.policy(assume_static=not (ctx.dynamic is True or not config.assume_static_by_default))
+    entry = convert_frame(fn, args, kwargs, backend=ctx.backend, fullgraph=ctx.fullgraph, dynamic=policy,
+                          compile_wrapper=ctx.wrap)
+    fc.add(ctx.key, entry)
+    if artifact_enabled("guards"):
+        _guards_log.debug("GUARDS for %s (%s):\n%s", code.co_name, _location(code),
+                          "\n".join(f"  {part}" for part in entry.guard.code_parts))
+    if ctx.on_entry is not None:
+        ctx.on_entry(entry)
+    return entry.run(f_locals)
+
+
+def compile(model=None, *, fullgraph: bool = False, dynamic: bool | None = None, backend="inductor",
+            mode: str | None = None, options: dict | None = None, disable: bool = False):
+    """Compile a function, method or ``nn.Module`` (mirrors ``torch.compile``).
+
+    Returns a wrapper that captures the callable's tensor code into FX graphs on first
+    call and hands them to ``backend`` (a name from :func:`torchkiln.list_backends` or a
+    ``backend(gm, example_inputs)`` callable); an ``nn.Module`` gives an
+    :class:`OptimizedModule`.  Usable as ``@compile`` and ``@compile(...)``.
+    ``fullgraph=True`` raises :class:`torchkiln.exc.Unsupported` instead of breaking the
+    graph.  ``dynamic``: None = automatic dynamic (static first, then the dims that
+    changed), True = every dim symbolic from the start (sizes 0/1 specialised), False =
+    always static.  ``mode``/``options`` are passed to the backend as keywords (the
+    inductor backend reads them).  ``disable=True`` returns ``model`` unchanged.
+    Raises ``TypeError`` at once when ``model`` is not callable and
+    :class:`torchkiln.backends.InvalidBackend` for an unknown backend name.
+    """
+    if mode is not None and options is not None:
+        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
+    if model is None:
+        def decorator(m):
+            return compile(m, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode, options=options,
+                           disable=disable)
+        return decorator
+    if not callable(model):
+        raise TypeError(f"torchkiln.compile expects a callable (function, method or nn.Module), "
+                        f"got {type(model).__name__}")
+    if disable:
+        return model
+    return CompileContext(backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=options)(model)
+
+
+class optimize:
+    """``torch._dynamo.optimize``'s decorator: ``optimize(backend)(fn)`` compiles ``fn``.
+
+    ``nopython=True`` is ``fullgraph=True``; ``guard_fail_fn(GuardFail)`` is called with
+    the first failing guard on each recompile.  Without a frame hook torchkiln cannot
+    capture every frame run inside a ``with`` block, so using it as a context manager
+    raises ``RuntimeError`` (as torch does under ``config.raise_on_ctx_manager_usage``)
+    or, with that setting off, does nothing.
+    """
+
+    def __init__(self, backend="inductor", *, nopython: bool = False, guard_fail_fn: Callable | None = None,
+                 dynamic: bool | None = None, disable: bool = False) -> None:
+        self.disable = disable
+        self.context = None if disable else CompileContext(backend, fullgraph=nopython, dynamic=dynamic,
+                                                           guard_fail_fn=guard_fail_fn)
+
+    def __call__(self, fn):
+        if self.disable:
+            return fn
+        return self.context(fn)
+
+    def __enter__(self):
+        if config.raise_on_ctx_manager_usage:
+            raise RuntimeError("torchkiln.optimize(...) is used with a context manager. "
+                               "Please use torchkiln.compile(fn) or @torchkiln.optimize(...) on a function instead.")
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -1,0 +1,122 @@
+"""``OptimizedModule``: what ``torchkiln.compile(module)`` returns (mirrors torch's).
+
+It wraps the original module (``_orig_mod``, registered as a submodule, so
+``state_dict()`` keys carry the ``_orig_mod.`` prefix exactly as under torch.compile)
+and passes attribute reads, writes, deletes and ``dir()`` through to it; parameters,
+buffers, ``.to()``, ``train()``/``eval()`` act on the same tensors and flags.
+
+A call runs the original module's ``forward`` through the compiled wrapper, cached on
+``forward``'s code object (so instances of one class share entries, as with torch's
+``inline_inbuilt_nn_modules``).  When the module has hooks (its own or global ones),
+the call is captured from ``module(*args, **kwargs)`` instead, so capture inlines
+``__call__`` with its hooks; that frame is per module class.  Lazy modules are
+materialised eagerly first, as torch does.
+"""
+from __future__ import annotations
+
+import types
+import weakref
+from typing import Any
+
+import torch
+from torch.nn.modules import module as _nn_module
+
+from .api import _DisabledContext
+
+
+def _call_module(module, *args, **kwargs):
+    return module(*args, **kwargs)
+
+
+_call_module_per_class: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _call_module_for(cls: type) -> types.FunctionType:
+    """A copy of ``_call_module`` with its own code object, one per module class."""
+    fn = _call_module_per_class.get(cls)
+    if fn is None:
+        code = _call_module.__code__.replace(co_name=f"{cls.__name__}.__call__")
+        fn = _call_module_per_class[cls] = types.FunctionType(code, _call_module.__globals__, code.co_name)
+    return fn
+
+
+def _has_hooks(mod: torch.nn.Module) -> bool:
+    return bool(mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks or mod._backward_pre_hooks
+                or _nn_module._global_forward_hooks or _nn_module._global_forward_pre_hooks
+                or _nn_module._global_backward_hooks or _nn_module._global_backward_pre_hooks)
+
+
+class OptimizedModule(torch.nn.Module):
+    """A compiled ``nn.Module``; ``_orig_mod`` is the module it wraps.
+
+    Built by ``torchkiln.compile(mod)`` / ``torchkiln.optimize(...)(mod)``; compiling an
+    ``OptimizedModule`` again wraps the same ``_orig_mod``.  Pickles and deep-copies
+    (the copy compiles afresh on its first call).
+    """
+
+    _opt_mod_attributes = {"_orig_mod", "_torchkiln_context", "_torchkiln_forward", "forward", "__dict__",
+                           "_super_module_initialized"}
+
+    def __init__(self, mod: torch.nn.Module, context) -> None:
+        # _orig_mod first: attribute access on self reads it (also inside Module.__init__).
+        object.__setattr__(self, "_orig_mod", mod)
+        self._super_module_initialized = False
+        super().__init__()
+        self._super_module_initialized = True
+        self._orig_mod = mod  # registers the submodule
+        self._torchkiln_context = context
+        self._torchkiln_forward = (None, None)  # (forward function, its compiled wrapper)
+
+    def forward(self, *args, **kwargs):
+        mod = self.__dict__["_modules"]["_orig_mod"]
+        context = self.__dict__["_torchkiln_context"]
+        if isinstance(context, _DisabledContext):
+            return context.wrap(mod)(*args, **kwargs)
+        if hasattr(mod, "_initialize_hook"):  # a lazy module not yet materialised
+            mod._infer_parameters(mod, args, kwargs)
+        if _has_hooks(mod):
+            return context.wrap(_call_module_for(type(mod)))(mod, *args, **kwargs)
+        fwd = mod.forward
+        func = fwd.__func__ if isinstance(fwd, types.MethodType) and fwd.__self__ is mod else fwd
+        cached_func, compiled = self.__dict__["_torchkiln_forward"]
+        if cached_func is not func:
+            compiled = context.wrap(func)
+            self.__dict__["_torchkiln_forward"] = (func, compiled)
+        if func is fwd:
+            return compiled(*args, **kwargs)
+        return compiled(mod, *args, **kwargs)
+
+    def __reduce__(self):
+        return (self.__class__, (self._orig_mod, self._torchkiln_context))
+
+    def __len__(self) -> int:
+        return len(self._orig_mod)
+
+    @property
+    def training(self) -> bool:
+        return self._orig_mod.training
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        # Module.__init__ sets the default; the flag lives on the original module.
+        if self._super_module_initialized:
+            self._orig_mod.training = value
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_orig_mod":
+            return self._modules["_orig_mod"]
+        return getattr(self._orig_mod, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if hasattr(type(self), name) or name in OptimizedModule._opt_mod_attributes:
+            return super().__setattr__(name, value)
+        return setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if hasattr(type(self), name) or name in OptimizedModule._opt_mod_attributes:
+            return super().__delattr__(name)
+        return delattr(self._orig_mod, name)
+
+    def __dir__(self) -> list[str]:
+        orig = self._orig_mod.__dir__()
+        return orig + [a for a in super().__dir__() if a not in orig]

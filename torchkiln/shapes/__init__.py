@@ -1,0 +1,14 @@
+"""The dynamic-shapes policy: which tensor dims capture makes symbolic.
+
+``mark_dynamic`` / ``mark_static`` / ``maybe_mark_dynamic`` annotate a tensor
+(:mod:`.marks`); :class:`~.automatic.FrameShapeState` implements automatic dynamic
+(after a recompile caused by sizes, the dims that changed become symbolic), as
+``torch._dynamo`` does by default.  Symbolic sizes themselves live in capture's
+``ShapeEnv``.
+"""
+from __future__ import annotations
+
+from .automatic import FrameShapeState
+from .marks import mark_dynamic, mark_static, maybe_mark_dynamic
+
+__all__ = ["FrameShapeState", "mark_dynamic", "mark_static", "maybe_mark_dynamic"]
