@@ -15,7 +15,7 @@ VOCAB = 2048
 
 
 def _lm_loss(target):
-    return lambda out: F.cross_entropy(out.logits.flatten(0, 1).float(), target.flatten())
+    return lambda out: F.cross_entropy(out.logits.flatten(0, 1), target.flatten())
 
 
 def _tokens(batch, seq, device):

@@ -1,0 +1,268 @@
+"""Measure one model in one mode, in the current process.
+
+``measure(name, mode, options)`` builds the model (seed 0), keeps a pristine copy, and
+runs each variant -- eager, torchkiln, and with ``options.peer`` ``torch.compile``
+(inductor) -- on its own deep copy, so every variant starts from identical weights:
+
+* the first call (inference: a ``no_grad`` forward; training: forward, loss and
+  backward) is timed as the compile time and its result -- outputs, or loss and every
+  parameter's gradient -- is compared with eager's (:mod:`.correctness`);
+* then ``warmup`` untimed and ``repeat`` timed steps give the steady-state median
+  (training steps include ``zero_grad`` and an ``AdamW`` step, which run eagerly in
+  every variant), with the peak memory of those steps (:mod:`.measure`).
+
+``phase="warm"`` only times the first call and checks it (the compile time with the
+caches a previous process left).  Failures never escape: a variant that raises gets
+``status="error"`` with the exception's first line.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import statistics
+import traceback
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from . import correctness, measure
+from .models import Workload, build
+
+
+@dataclasses.dataclass
+class Options:
+    backend: str = "inductor"
+    device: str = "cpu"
+    repeat: int = 20
+    warmup: int = 3
+    peer: bool = False
+    threads: int = 1
+    tol: float = 1e-4
+
+
+def torchkiln_compiler(backend: str) -> Callable[[torch.nn.Module], Callable]:
+    def compile_model(model):
+        import torchkiln
+
+        return torchkiln.compile(model, backend=backend)
+
+    return compile_model
+
+
+def peer_compiler(model: torch.nn.Module) -> Callable:
+    """``torch.compile`` with its default backend (inductor): the peer."""
+    return torch.compile(model, backend="inductor")
+
+
+def torchkiln_graphs() -> tuple[int, int]:
+    """(graphs compiled, graph breaks) so far, from ``torchkiln.counters``."""
+    from torchkiln import counters
+
+    return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+
+
+def peer_graphs() -> tuple[int, int]:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+
+
+class _Step:
+    """One model copy driven through inference calls or training steps."""
+
+    def __init__(self, model: torch.nn.Module, call: Callable, work: Workload, mode: str, device: str) -> None:
+        self.model, self.call, self.work, self.mode, self.device = model, call, work, mode, device
+        if mode == "training":
+            model.train()
+            self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        else:
+            model.eval()
+
+    def first(self):
+        """The first call; returns what is compared: outputs, or (loss, *grads)."""
+        if self.mode == "inference":
+            with torch.no_grad():
+                return self.call(*self.work.args, **self.work.kwargs)
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.work.loss_fn(self.call(*self.work.args, **self.work.kwargs))
+        loss.backward()
+        grads = [p.grad if p.grad is not None else torch.empty(0) for p in self.model.parameters()]
+        return (loss.detach(), *(g.detach().clone() for g in grads))
+
+    def finish_first(self) -> None:
+        if self.mode == "training":
+            self.opt.step()
+
+    def step(self) -> None:
+        if self.mode == "inference":
+            with torch.no_grad():
+                self.call(*self.work.args, **self.work.kwargs)
+            return
+        self.opt.zero_grad(set_to_none=True)
+        self.work.loss_fn(self.call(*self.work.args, **self.work.kwargs)).backward()
+        self.opt.step()
+
+
+def _to_double(value):
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.double()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_double(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_double(v) for k, v in value.items()}
+    return value
+
+
+def _fp64_reference(pristine: torch.nn.Module, work: Workload, mode: str, device: str) -> Callable[[], Any]:
+    def run():
+        model = copy.deepcopy(pristine).double()
+        work64 = Workload(model, _to_double(work.args), _to_double(work.kwargs), work.loss_fn)
+        return _Step(model, model, work64, mode, device).first()
+
+    return run
+
+
+def _torchkiln_warnings(caught) -> str:
+    for w in caught:
+        if "torchkiln" in str(w.filename) or "torchkiln" in str(w.message).lower():
+            return str(w.message).strip().splitlines()[0]
+    return ""
+
+
+def _first_call(prefix: str, pristine, work, mode, opts: Options, compile_fn, graphs_fn, ref, fp64, phase):
+    """Compile a fresh copy with ``compile_fn``, time its first call and check it.
+
+    Returns ``(row fields, step)``; ``step`` is None when the variant failed.
+    """
+    row: dict[str, Any] = {}
+    model = copy.deepcopy(pristine)
+    try:
+        graphs_before = graphs_fn()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            step = _Step(model, compile_fn(model), work, mode, opts.device)
+            out, seconds = measure.timed(step.first, opts.device)
+        graphs_after = graphs_fn()
+        row[f"{prefix}compile_{phase}_s"] = seconds
+        row[f"{prefix}graphs"] = graphs_after[0] - graphs_before[0]
+        row[f"{prefix}graph_breaks"] = graphs_after[1] - graphs_before[1]
+        note = _torchkiln_warnings(caught)
+        if note:
+            row[f"{prefix}note"] = note
+        verdict = correctness.compare(ref, out, fp64, opts.tol)
+        row[f"{prefix}max_abs_err"] = verdict.max_abs_err
+        row[f"{prefix}status"] = "ok" if verdict.ok else "mismatch"
+        if not verdict.ok:
+            row[f"{prefix}error"] = f"{phase}: {verdict.detail}, max abs error {verdict.max_abs_err:.3g}"
+        step.finish_first()
+        return row, step
+    except Exception as exc:  # one failing variant never stops the suite
+        row[f"{prefix}status"] = "error"
+        row[f"{prefix}error"] = f"{phase}: {first_line(exc)}"
+        row[f"{prefix}traceback"] = traceback.format_exc(limit=-8)
+        return row, None
+
+
+def _time_interleaved(steps: dict[str, _Step], row: dict, opts: Options) -> None:
+    """Steady-state medians; the variants' steps alternate, so drift in machine load
+    (other processes on a shared machine) affects every variant alike."""
+    live = dict(steps)
+    samples: dict[str, list[float]] = {prefix: [] for prefix in live}
+
+    def attempt(prefix, fn):
+        try:
+            return fn()
+        except Exception as exc:
+            row[f"{prefix}status"] = "error"
+            row[f"{prefix}error"] = f"steady state: {first_line(exc)}"
+            row[f"{prefix}traceback"] = traceback.format_exc(limit=-8)
+            del live[prefix]
+
+    for prefix, step in list(live.items()):
+        attempt(prefix, lambda: [step.step() for _ in range(opts.warmup)])
+    for _ in range(max(1, opts.repeat)):
+        for prefix, step in list(live.items()):
+            seconds = attempt(prefix, lambda: measure.timed(step.step, opts.device)[1])
+            if seconds is not None:
+                samples[prefix].append(seconds)
+    for prefix in live:
+        row[f"{prefix}ms"] = 1e3 * statistics.median(samples[prefix])
+
+
+def _peak_memory(prefix: str, step: _Step, row: dict, opts: Options) -> None:
+    """Peak memory of a few steps of one variant, the only one alive."""
+    try:
+        with measure.PeakMemory(opts.device) as mem:
+            for _ in range(max(2, opts.warmup)):
+                step.step()
+        row[f"{prefix}peak_mb"], row["mem_kind"] = mem.mb, mem.kind
+    except Exception as exc:
+        row[f"{prefix}status"] = "error"
+        row[f"{prefix}error"] = f"memory: {first_line(exc)}"
+
+
+def measure_model(name: str, mode: str, opts: Options, phase: str = "cold",
+                  compile_fn: Callable | None = None) -> dict:
+    """One row of the table: eager, torchkiln (``compile_fn`` overrides it) and the peer.
+
+    ``mode`` is ``"inference"`` or ``"training"``.  ``phase="cold"``: compile time of
+    the first call, correctness and steady-state times (variants alive together,
+    timed interleaved).  ``phase="warm"``: compile time and correctness of the first
+    call, then peak memory, one variant at a time.
+    """
+    row: dict[str, Any] = {"model": name, "mode": mode, "backend": opts.backend, "device": opts.device,
+                           "threads": opts.threads, "status": "error"}
+    variants = [("", compile_fn or torchkiln_compiler(opts.backend), torchkiln_graphs)]
+    if opts.peer:
+        variants.append(("peer_", peer_compiler, peer_graphs))
+    with measure.threads(opts.threads):
+        try:
+            work = build(name, opts.device)
+            pristine = copy.deepcopy(work.model)
+            eager = _Step(work.model, work.model, work, mode, opts.device)
+            ref = eager.first()
+            eager.finish_first()
+        except Exception as exc:
+            row["error"] = f"eager: {first_line(exc)}"
+            row["traceback"] = traceback.format_exc(limit=-8)
+            return row
+        fp64 = _fp64_reference(pristine, work, mode, opts.device)
+        steps = {"eager_": eager}
+        if phase == "warm":
+            _peak_memory("eager_", eager, row, opts)
+            del steps["eager_"], eager
+        work.model = None
+        for prefix, compile_fn_, graphs_fn in variants:
+            fields, step = _first_call(prefix, pristine, work, mode, opts, compile_fn_, graphs_fn, ref, fp64, phase)
+            row.update(fields)
+            if step is not None and phase == "warm":
+                _peak_memory(prefix, step, row, opts)
+            elif step is not None:
+                steps[prefix] = step
+            del step
+        if phase == "cold":
+            _time_interleaved(steps, row, opts)
+    for prefix in ("", "peer_"):
+        if f"{prefix}ms" in row and "eager_ms" in row:
+            row[f"{prefix}speedup"] = row["eager_ms"] / row[f"{prefix}ms"]
+    return row
+
+
+def merge(cold: dict, warm: dict) -> dict:
+    """One row from a cold and a warm measurement: the warm one adds warm compile
+    times and peak memory, and turns an ``ok`` into its own mismatch or error."""
+    row = dict(cold)
+    for key, value in warm.items():
+        if key.endswith(("compile_warm_s", "peak_mb")) or key == "mem_kind":
+            row[key] = value
+    for prefix in ("", "peer_"):
+        if row.get(f"{prefix}status") == "ok" and warm.get(f"{prefix}status") not in (None, "ok"):
+            row[f"{prefix}status"] = warm[f"{prefix}status"]
+            row[f"{prefix}error"] = warm.get(f"{prefix}error", "")
+    return row
