@@ -1,0 +1,191 @@
+"""View and mutation analysis: run the function once on fake tensors under
+functionalization, before tracing, and record what a user could observe.
+
+Mirrors torch.compile's ``ViewAndMutationMeta``: which inputs are mutated (data,
+metadata, storage via ``set_()``) and whether autograd saw the mutation; which
+outputs are inputs, views of inputs, views of intermediates, or plain; which need
+grad; and whether the function flipped the global grad mode (it persists after the
+call, as in eager).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import torch
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+
+from .functional import (
+    from_fun,
+    has_data_mutation,
+    has_metadata_mutation,
+    has_storage_mutation,
+    mutations_hidden_from_autograd,
+    to_fun,
+)
+
+
+@dataclasses.dataclass
+class InputInfo:
+    mutates_data: bool = False
+    mutates_metadata: bool = False
+    mutates_storage: bool = False
+    mutation_hidden_from_autograd: bool = True
+    requires_grad: bool = False
+    requires_grad_after: bool = False  # the new value requires grad (e.g. ``x.add_(w)``)
+
+    @property
+    def mutated(self) -> bool:
+        return self.mutates_data or self.mutates_metadata or self.mutates_storage
+
+    @property
+    def mutation_needs_grad(self) -> bool:
+        """The new value must flow through autograd (a differentiable output)."""
+        return self.mutates_data and self.requires_grad_after and not self.mutation_hidden_from_autograd
+
+
+# Output kinds.
+PLAIN = "plain"                        # a fresh tensor (or a non-tensor value)
+IS_INPUT = "is_input"                  # the input object itself
+ALIAS_OF_INPUT = "alias_of_input"      # a view of input ``base_index``
+ALIAS_OF_OUTPUT = "alias_of_output"    # a view of the plain output ``base_index``
+ALIAS_OF_INTERMEDIATE = "alias_of_intermediate"  # a view of intermediate base ``base_index``
+
+
+@dataclasses.dataclass
+class OutputInfo:
+    kind: str
+    base_index: Optional[int] = None
+    requires_grad: bool = False
+    is_tensor: bool = True
+    fake: object = None  # the fake value, for sizes/strides of regenerated views
+
+    @property
+    def differentiable(self) -> bool:
+        """Returned through the autograd.Function with a tangent (not regenerated)."""
+        return self.kind == PLAIN and self.is_tensor and self.requires_grad and _floating(self.fake)
+
+
+def _floating(t) -> bool:
+    return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+
+
+@dataclasses.dataclass
+class ViewAndMutationMeta:
+    inputs: list[InputInfo]
+    outputs: list[OutputInfo]
+    num_intermediate_bases: int
+    intermediate_bases_require_grad: list[bool]
+    grad_enabled_after: Optional[bool]  # None: the function left grad mode alone
+    fw_out_fakes: list  # fake value of each forward-graph output, for tangents
+
+    @property
+    def fw_differentiable_fakes(self) -> list:
+        return [f for f, d in zip(self.fw_out_fakes, self.fw_output_differentiable()) if d]
+
+    @property
+    def mutated_inputs(self) -> list[int]:
+        """Indices of inputs whose new value the forward graph returns, in order."""
+        return [i for i, info in enumerate(self.inputs) if info.mutated]
+
+    def fw_output_differentiable(self) -> list[bool]:
+        """Per forward-graph output (mutated inputs, user outputs, intermediate bases)."""
+        diff = [self.inputs[i].mutation_needs_grad for i in self.mutated_inputs]
+        diff += [o.differentiable for o in self.outputs]
+        diff += list(self.intermediate_bases_require_grad)
+        return diff
+
+    @property
+    def needs_autograd(self) -> bool:
+        return any(self.fw_output_differentiable())
+
+    def describe(self) -> str:
+        lines = []
+        for i, info in enumerate(self.inputs):
+            if info.mutated:
+                lines.append(f"input {i}: data={info.mutates_data} metadata={info.mutates_metadata} "
+                             f"storage={info.mutates_storage} hidden_from_autograd={info.mutation_hidden_from_autograd}")
+        for k, o in enumerate(self.outputs):
+            lines.append(f"output {k}: {o.kind} base={o.base_index} requires_grad={o.requires_grad}")
+        return "\n".join(lines)
+
+
+def collect_intermediate_bases(outs, inputs) -> list:
+    """The bases of outputs that are views of intermediates that are not outputs themselves."""
+    bases = []
+    for o in outs:
+        base = _view_base(o)
+        if base is None or any(base is a for a in inputs) or any(base is p for p in outs):
+            continue
+        if not any(base is b for b in bases):
+            bases.append(base)
+    return bases
+
+
+def _view_base(o):
+    if isinstance(o, torch.Tensor) and o._is_view() and o._base is not None:
+        return o._base
+    return None
+
+
+def run_analysis(fn: Callable, fake_args: list) -> ViewAndMutationMeta:
+    """Run ``fn(*fake_args)`` under functionalization and classify inputs and outputs.
+
+    ``fn`` returns a tuple or list.  Errors eager would raise (e.g. an in-place op on a
+    leaf that requires grad) are raised here.  The global grad mode is restored
+    afterwards; a change is recorded in ``grad_enabled_after``.
+    """
+    grad_before = torch.is_grad_enabled()
+    try:
+        with FunctionalTensorMode():
+            f_args = [to_fun(a) for a in fake_args]
+            outs = list(fn(*f_args))
+            grad_after = torch.is_grad_enabled()
+            inputs = []
+            for a, fa in zip(fake_args, f_args):
+                info = InputInfo(requires_grad=isinstance(a, torch.Tensor) and a.requires_grad)
+                if isinstance(fa, FunctionalTensor):
+                    info.mutates_data = has_data_mutation(fa)
+                    info.mutates_storage = has_storage_mutation(fa, a)
+                    info.mutates_metadata = info.mutates_storage or has_metadata_mutation(fa, a)
+                    info.mutation_hidden_from_autograd = mutations_hidden_from_autograd(fa)
+                    info.requires_grad_after = fa.requires_grad and _floating(fa)
+                inputs.append(info)
+            bases = collect_intermediate_bases(outs, f_args)
+            outputs = [_classify(o, outs, f_args, bases) for o in outs]
+            bases_rg = [b.requires_grad and _floating(b) for b in bases]
+            fw_out_fakes = [from_fun(f_args[i]) for i, info in enumerate(inputs) if info.mutated]
+            fw_out_fakes += [from_fun(o) for o in outs] + [from_fun(b) for b in bases]
+    finally:
+        torch._C._set_grad_enabled(grad_before)
+    return ViewAndMutationMeta(
+        inputs=inputs,
+        outputs=outputs,
+        num_intermediate_bases=len(bases),
+        intermediate_bases_require_grad=bases_rg,
+        grad_enabled_after=None if grad_after == grad_before else grad_after,
+        fw_out_fakes=fw_out_fakes,
+    )
+
+
+def _classify(o, outs, f_args, bases) -> OutputInfo:
+    if not isinstance(o, torch.Tensor):
+        return OutputInfo(PLAIN, is_tensor=False, fake=o)
+    fake = from_fun(o)
+    rg = o.requires_grad
+    for i, a in enumerate(f_args):
+        if o is a:
+            return OutputInfo(IS_INPUT, i, rg, fake=fake)
+    base = _view_base(o)
+    if base is None:
+        return OutputInfo(PLAIN, requires_grad=rg, fake=fake)
+    for i, a in enumerate(f_args):
+        if base is a:
+            return OutputInfo(ALIAS_OF_INPUT, i, rg, fake=fake)
+    for k, p in enumerate(outs):
+        if base is p:
+            return OutputInfo(ALIAS_OF_OUTPUT, k, rg, fake=fake)
+    for k, b in enumerate(bases):
+        if base is b:
+            return OutputInfo(ALIAS_OF_INTERMEDIATE, k, rg, fake=fake)
+    raise AssertionError("unreachable: every view base is an input, an output or a collected base")

@@ -1,0 +1,69 @@
+"""Fake inputs for tracing: capture's ``meta["example_value"]`` fakes when present
+(their ShapeEnv holds the symbolic sizes), else fresh fakes from the real inputs."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+
+def fake_mode_of(values) -> Optional[FakeTensorMode]:
+    for v in values:
+        if isinstance(v, FakeTensor):
+            return v.fake_mode
+        if isinstance(v, torch.SymInt):
+            continue
+    return None
+
+
+def _active_fake_mode() -> Optional[FakeTensorMode]:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    for mode in reversed(_get_current_dispatch_mode_stack()):
+        if isinstance(mode, FakeTensorMode):
+            return mode
+    return None
+
+
+def _matches(fake, real) -> bool:
+    if not isinstance(real, torch.Tensor):
+        return True
+    if not isinstance(fake, torch.Tensor):
+        return False
+    try:
+        return (tuple(_hint(s) for s in fake.shape) == tuple(real.shape)
+                and fake.dtype == real.dtype and fake.requires_grad == real.requires_grad)
+    except Exception:
+        return False
+
+
+def _hint(s):
+    return s.node.hint if isinstance(s, torch.SymInt) else s
+
+
+def make_fake_inputs(args: list, example_values: Optional[list] = None, dynamic: bool = False):
+    """``(fake_mode, fake_args)`` for ``args``.
+
+    ``example_values`` (capture's placeholder fakes) are used when they describe
+    ``args``; otherwise each real tensor becomes a fake in the fake mode found on the
+    inputs, the active fake mode, or a new one (static sizes unless ``dynamic``).
+    """
+    if example_values is not None and len(example_values) == len(args) and all(
+        ev is not None and _matches(ev, a) for ev, a in zip(example_values, args)
+    ):
+        mode = fake_mode_of(example_values) or fake_mode_of(args)
+        if mode is not None:
+            return mode, [ev if isinstance(a, torch.Tensor) or isinstance(ev, torch.SymInt) else a
+                          for ev, a in zip(example_values, args)]
+    mode = fake_mode_of(args) or _active_fake_mode()
+    if mode is None:
+        mode = FakeTensorMode(shape_env=ShapeEnv() if dynamic else None, allow_non_fake_inputs=True)
+    fakes = []
+    for a in args:
+        if isinstance(a, FakeTensor) or not isinstance(a, torch.Tensor):
+            fakes.append(a)
+        else:
+            fakes.append(mode.from_tensor(a, static_shapes=not dynamic))
+    return mode, fakes

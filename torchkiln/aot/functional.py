@@ -1,0 +1,52 @@
+"""Functionalization helpers: wrap fake tensors as ``FunctionalTensor`` and ask them
+what happened to them (data mutation, metadata mutation, ``set_()``).
+
+Everything here runs inside an active ``FunctionalTensorMode``; the C++ wrapper
+records mutations so that the traced graph contains only out-of-place ATen ops, and
+views are replayed from their bases (``reapply_views``), as torch.compile's
+functionalization does.
+"""
+from __future__ import annotations
+
+import torch
+from torch._subclasses.functional_tensor import FunctionalTensor
+from torch.multiprocessing.reductions import StorageWeakRef
+
+
+def to_fun(x):
+    """Wrap a tensor as a FunctionalTensor (needs an active FunctionalTensorMode)."""
+    return FunctionalTensor.to_functional(x) if isinstance(x, torch.Tensor) else x
+
+
+def from_fun(x):
+    """The current (synced) value behind a FunctionalTensor; other values unchanged."""
+    if not isinstance(x, FunctionalTensor):
+        return x
+    torch._sync(x)
+    return torch._from_functional_tensor(x.elem)
+
+
+def has_data_mutation(f_arg: FunctionalTensor) -> bool:
+    torch._sync(f_arg)
+    return bool(torch._functionalize_has_data_mutation(f_arg.elem))
+
+
+def mutations_hidden_from_autograd(f_arg: FunctionalTensor) -> bool:
+    """True when every data mutation happened under ``no_grad``/inference mode."""
+    return bool(torch._functionalize_are_all_mutations_under_no_grad_or_inference_mode(f_arg.elem))
+
+
+def has_storage_mutation(f_arg: FunctionalTensor, arg: torch.Tensor) -> bool:
+    """Whether ``set_()`` swapped the storage of the input ``arg``."""
+    if not torch._functionalize_was_storage_changed(f_arg.elem):
+        return False
+    after = torch._from_functional_tensor(f_arg.elem)
+    return StorageWeakRef(arg.untyped_storage()) != StorageWeakRef(after.untyped_storage())
+
+
+def has_metadata_mutation(f_arg: FunctionalTensor, arg: torch.Tensor) -> bool:
+    """Whether sizes, strides or storage offset of ``arg`` changed (``t_()``, ``as_strided_``...)."""
+    if not torch._functionalize_has_metadata_mutation(f_arg.elem):
+        return False
+    after = torch._from_functional_tensor(f_arg.elem)
+    return (arg.shape, arg.stride(), arg.storage_offset()) != (after.shape, after.stride(), after.storage_offset())

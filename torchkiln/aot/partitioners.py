@@ -1,0 +1,213 @@
+"""Partitioners: split a joint graph into a forward graph and a backward graph.
+
+A partitioner is ``partition_fn(joint_gm, joint_inputs, *, num_fwd_outputs) ->
+(fw_gm, bw_gm)``, as torch.compile's.  The joint graph's placeholders are
+``primals_*`` then ``tangents_*``; its outputs are ``num_fwd_outputs`` forward
+outputs, then one gradient per primal (``None`` allowed).
+
+The forward graph returns ``(*forward outputs, *saved tensors, *saved SymInts)``; the
+backward graph takes ``(*saved SymInts, *saved tensors, *tangents)`` and returns the
+gradients.  Sizes the backward needs travel as SymInt outputs of the forward.
+
+``default_partition`` saves every forward value the backward uses.
+``min_cut_rematerialization_partition`` chooses the saved set by a minimum cut
+(networkx max-flow) on the graph weighted by bytes: cheap pointwise/view ops may be
+recomputed in the backward from a smaller saved set; matmuls, convolutions,
+reductions and random ops are never recomputed.
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+
+
+def _is_primal(n: fx.Node) -> bool:
+    return n.op == "placeholder" and n.name.startswith("primals")
+
+
+def _is_tangent(n: fx.Node) -> bool:
+    return n.op == "placeholder" and n.name.startswith("tangents")
+
+
+def _is_sym(n: fx.Node) -> bool:
+    return isinstance(n.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
+
+
+def _outputs(gm: fx.GraphModule):
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    return list(out.args[0])
+
+
+def _ancestors(nodes, stop=()) -> set:
+    seen, stack = set(), [n for n in nodes if isinstance(n, fx.Node)]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n not in stop:
+            stack.extend(n.all_input_nodes)
+    return seen
+
+
+def _tangent_dependent(gm: fx.GraphModule) -> set:
+    dep = set()
+    for n in gm.graph.nodes:
+        if _is_tangent(n) or any(a in dep for a in n.all_input_nodes):
+            dep.add(n)
+    return dep
+
+
+def extract_graph(joint: fx.Graph, inputs: list, outputs: list) -> fx.GraphModule:
+    """A new graph computing ``outputs`` from ``inputs`` (nodes of ``joint``); every other
+    node it needs is copied.  Raises ``RuntimeError`` if a needed placeholder is not an input."""
+    g = fx.Graph()
+    env = {}
+    for n in inputs:
+        env[n] = g.placeholder(n.name)
+        env[n].meta = dict(n.meta)
+    needed = _ancestors(outputs, stop=set(inputs))
+    for n in joint.nodes:
+        if n in env or n not in needed or n.op == "output":
+            continue
+        if n.op == "placeholder":
+            raise RuntimeError(f"partition error: {n.name} is needed but not an input of the extracted graph")
+        env[n] = g.node_copy(n, lambda a: env[a])
+    g.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
+    return g
+
+
+def _module(owner: fx.GraphModule, g: fx.Graph) -> fx.GraphModule:
+    gm = fx.GraphModule(owner, g)
+    gm.graph.lint()
+    return gm
+
+
+def _split(joint_gm: fx.GraphModule, num_fwd_outputs: int, saved: list):
+    outs = _outputs(joint_gm)
+    fwd_outs, grads = outs[:num_fwd_outputs], outs[num_fwd_outputs:]
+    primals = [n for n in joint_gm.graph.nodes if _is_primal(n)]
+    tangents = [n for n in joint_gm.graph.nodes if _is_tangent(n)]
+    saved_syms = [n for n in saved if _is_sym(n)]
+    saved_tensors = [n for n in saved if not _is_sym(n)]
+    fw = extract_graph(joint_gm.graph, primals, fwd_outs + saved_tensors + saved_syms)
+    bw = extract_graph(joint_gm.graph, saved_syms + saved_tensors + tangents, grads)
+    return _module(joint_gm, fw), _module(joint_gm, bw)
+
+
+def _backward_uses(joint_gm, num_fwd_outputs):
+    """(forward nodes, saved candidates): forward nodes are ancestors of the forward outputs."""
+    outs = _outputs(joint_gm)
+    fwd_nodes = _ancestors(outs[:num_fwd_outputs]) | {n for n in joint_gm.graph.nodes if _is_primal(n)}
+    bwd_needed = _ancestors(outs[num_fwd_outputs:])
+    return fwd_nodes, bwd_needed
+
+
+def default_partition(joint_gm: fx.GraphModule, joint_inputs=None, *, num_fwd_outputs: int):
+    """Save every forward value that a backward node uses (no recomputation).
+
+    Backward nodes that do not depend on tangents (e.g. a weight transpose) are
+    computed in the backward from saved forward values or primals; symbolic sizes the
+    backward needs are computed in the forward and saved as SymInts.
+    """
+    fwd_nodes, bwd_needed = _backward_uses(joint_gm, num_fwd_outputs)
+    tangent_dep = _tangent_dependent(joint_gm)
+    fwd = fwd_nodes | {n for n in bwd_needed if _is_sym(n) and n not in tangent_dep}
+    saved = [n for n in joint_gm.graph.nodes
+             if n in fwd and any(u in bwd_needed and u not in fwd for u in n.users)]
+    return _split(joint_gm, num_fwd_outputs, _expand_tuples(saved))
+
+
+# Ops the min-cut partitioner may recompute in the backward: cheap, deterministic,
+# pointwise or view-like.  Everything else (matmul, conv, reductions, random) is saved.
+_RECOMPUTABLE_NAMES = {
+    "add", "sub", "mul", "div", "neg", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu",
+    "gelu", "silu", "rsqrt", "sqrt", "pow", "abs", "where", "clamp", "clamp_min", "clamp_max",
+    "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and",
+    "logical_or", "bitwise_and", "bitwise_or", "reciprocal", "erf", "expm1", "log1p", "sign",
+    "le", "threshold_backward", "fill", "scalar_tensor", "full", "zeros_like", "ones_like",
+    "full_like", "empty_like", "_to_copy", "clone", "convert_element_type",
+    "view", "reshape", "_unsafe_view", "t", "transpose", "permute", "expand", "squeeze",
+    "unsqueeze", "slice", "select", "alias", "as_strided", "split", "split_with_sizes",
+    "detach", "lift_fresh_copy", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
+}
+
+
+def _recomputable(n: fx.Node) -> bool:
+    if n.op != "call_function":
+        return False
+    if n.target is operator.getitem:
+        return _recomputable(n.args[0])
+    if isinstance(n.target, torch._ops.OpOverload):
+        if torch.Tag.nondeterministic_seeded in n.target.tags:
+            return False
+        return n.target.overloadpacket.__name__ in _RECOMPUTABLE_NAMES
+    return _is_sym(n)  # sym arithmetic (operator.mul on SymInts ...)
+
+
+def _nbytes(n: fx.Node) -> float:
+    val = n.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        numel = val.numel()
+        hint = numel.node.hint if isinstance(numel, torch.SymInt) else numel
+        return float(max(int(hint if hint is not None else 4096), 1) * val.element_size())
+    if isinstance(val, (list, tuple)):
+        return float(sum(t.numel() * t.element_size() for t in val if isinstance(t, torch.Tensor) and isinstance(t.numel(), int)) or 1)
+    return 1.0
+
+
+def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=None, *, num_fwd_outputs: int):
+    """Choose the saved set by a minimum s-t cut weighted by bytes (mirrors torch.compile's
+    ``min_cut_rematerialization_partition``).  Falls back to :func:`default_partition`
+    if networkx is missing or the cut fails.
+    """
+    try:
+        import networkx as nx
+    except ImportError:  # pragma: no cover - networkx is a dependency
+        return default_partition(joint_gm, joint_inputs, num_fwd_outputs=num_fwd_outputs)
+    fwd_nodes, bwd_needed = _backward_uses(joint_gm, num_fwd_outputs)
+    tangent_dep = _tangent_dependent(joint_gm)
+    g = nx.DiGraph()
+    for n in joint_gm.graph.nodes:
+        if n.op == "output" or n not in (fwd_nodes | bwd_needed):
+            continue
+        if n in tangent_dep:
+            if n in bwd_needed:
+                g.add_edge(n.name + "_in", "sink", capacity=math.inf)
+            continue
+        if not _recomputable(n):
+            # Must be computed in the forward: it is available to save, never recomputed.
+            g.add_edge("source", n.name + "_in", capacity=math.inf)
+        g.add_edge(n.name + "_in", n.name + "_out", capacity=_nbytes(n))
+        for u in n.users:
+            if u.op != "output":
+                g.add_edge(n.name + "_out", u.name + "_in", capacity=math.inf)
+    try:
+        _, (reachable, _) = nx.minimum_cut(g, "source", "sink")
+    except Exception:
+        return default_partition(joint_gm, joint_inputs, num_fwd_outputs=num_fwd_outputs)
+    by_name = {n.name: n for n in joint_gm.graph.nodes}
+    saved = []
+    for name in reachable:
+        if name.endswith("_in") and name[:-3] + "_out" not in reachable and name != "source":
+            saved.append(by_name[name[:-3]])
+    order = {n: i for i, n in enumerate(joint_gm.graph.nodes)}
+    saved.sort(key=order.__getitem__)
+    # Multi-output nodes are saved through their getitem users, never as tuples.
+    saved = _expand_tuples(saved)
+    return _split(joint_gm, num_fwd_outputs, saved)
+
+
+def _expand_tuples(saved):
+    out = []
+    for n in saved:
+        if isinstance(n.meta.get("val"), (list, tuple)):
+            out.extend(u for u in n.users if u.target is operator.getitem and u not in out)
+        elif n not in out:
+            out.append(n)
+    return out

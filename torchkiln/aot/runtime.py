@@ -1,0 +1,166 @@
+"""Runtime wrappers around the compiled forward/backward graphs.
+
+* ``make_autograd_function``: a ``torch.autograd.Function`` per compiled graph pair, as
+  torch.compile builds.  The forward runs the compiled forward graph and saves what the
+  partitioner chose; the backward graph is compiled on first use.  Outputs that do not
+  need grad are marked non-differentiable; missing (``None``) gradients are
+  materialized as zeros.  A backward that itself is differentiated raises
+  ``RuntimeError("torch.compile with aot_autograd does not currently support double
+  backward")`` when that second gradient is taken.
+* ``finish_call``: the epilogue everything a user observes goes through: input
+  mutations are written back (``copy_``, ``as_strided_``, ``set_``; under ``no_grad``
+  when eager's mutation was), aliased outputs are regenerated as real views of their
+  base, and a grad-mode change made inside the graph persists.
+* ``call_compiled``: calls a compiled graph, boxed (one list argument, torch's
+  ``_boxed_call`` convention) or not.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+import torch
+
+from .analysis import ALIAS_OF_INPUT, ALIAS_OF_INTERMEDIATE, ALIAS_OF_OUTPUT, IS_INPUT, ViewAndMutationMeta
+
+DOUBLE_BACKWARD_ERROR = "torch.compile with aot_autograd does not currently support double backward"
+
+
+def call_compiled(fn: Callable, args: list) -> list:
+    if getattr(fn, "_boxed_call", False):
+        return list(fn(list(args)))
+    return list(fn(*args))
+
+
+class _NoDoubleBackward(torch.autograd.Function):
+    """Runs the compiled backward; differentiating through it raises (as torch does)."""
+
+    @staticmethod
+    def forward(ctx, bw_fn, *args):
+        return tuple(call_compiled(bw_fn, args))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(DOUBLE_BACKWARD_ERROR)
+
+
+def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[[], Callable], meta: ViewAndMutationMeta,
+                           num_saved_tensors: int, num_saved_syms: int, num_fw_outs: int):
+    """The ``autograd.Function`` class for one compiled forward/backward pair.
+
+    ``forward(ctx, *args)`` takes the graph inputs (tensors and SymInts) and returns the
+    forward outputs (mutated inputs' new values, user outputs, intermediate bases).
+    ``get_bw_fn()`` compiles the backward graph on first call.
+    """
+    diff_mask = meta.fw_output_differentiable()
+    mutated_data = [i for i in meta.mutated_inputs if meta.inputs[i].mutates_data]
+
+    class CompiledFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            outs = call_compiled(fw_fn, args)
+            fw_outs = outs[:num_fw_outs]
+            saved = outs[num_fw_outs:num_fw_outs + num_saved_tensors]
+            syms = outs[num_fw_outs + num_saved_tensors:]
+            # A saved input that the epilogue will overwrite is saved by value.
+            saved = [t.clone() if any(t is args[i] for i in mutated_data) else t for t in saved]
+            ctx.save_for_backward(*saved)
+            ctx.saved_syms = syms
+            ctx.num_args = len(args)
+            ctx.tangent_meta = [(o.shape, o.dtype, o.device) for o, d in zip(fw_outs, diff_mask) if d]
+            result = []
+            for o, d in zip(fw_outs, diff_mask):
+                if isinstance(o, torch.Tensor) and not d:
+                    o = o.detach()
+                    ctx.mark_non_differentiable(o)
+                result.append(o)
+            return tuple(result)
+
+        @staticmethod
+        def backward(ctx, *grad_outs):
+            tangents = []
+            for g, (shape, dtype, device) in zip((g for g, d in zip(grad_outs, diff_mask) if d), ctx.tangent_meta):
+                tangents.append(torch.zeros(shape, dtype=dtype, device=device) if g is None else g.contiguous())
+            args = [*ctx.saved_syms, *ctx.saved_tensors, *tangents]
+            bw_fn = get_bw_fn()
+            if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+                grads = _NoDoubleBackward.apply(bw_fn, *args)
+            else:
+                grads = call_compiled(bw_fn, args)
+            grads = list(grads)
+            return tuple(grads) + (None,) * (ctx.num_args - len(grads))
+
+    return CompiledFunction
+
+
+def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+def _view_metadata(base: torch.Tensor, graph_out: torch.Tensor, fake):
+    """Size, stride, offset of the view to regenerate: the graph output's when it is a
+    real view of ``base``, else the static metadata recorded at compile time."""
+    if _shares_storage(base, graph_out):
+        return graph_out.size(), graph_out.stride(), graph_out.storage_offset()
+    stride, offset = fake.stride(), fake.storage_offset()
+    if all(isinstance(s, int) for s in stride) and isinstance(offset, int):
+        return graph_out.size(), stride, offset
+    return graph_out.size(), graph_out.stride(), graph_out.storage_offset()
+
+
+def regenerate_view(base: torch.Tensor, graph_out: torch.Tensor, fake, requires_grad: bool) -> torch.Tensor:
+    size, stride, offset = _view_metadata(base, graph_out, fake)
+    ctx = contextlib.nullcontext() if requires_grad else torch.no_grad()
+    with ctx:
+        return base.as_strided(size, stride, offset)
+
+
+def apply_input_mutation(inp: torch.Tensor, new: torch.Tensor, info, fake) -> None:
+    """Write a mutated input's new value back into the user's tensor."""
+    if info.mutates_storage:
+        with torch.no_grad():
+            inp.set_(new)
+        return
+    if info.mutates_metadata:
+        size, stride, offset = _view_metadata(inp, new, fake)
+        with torch.no_grad():
+            inp.as_strided_(size, stride, offset)
+    if info.mutates_data:
+        if info.mutation_needs_grad:
+            inp.copy_(new)
+        else:
+            with torch.no_grad():
+                inp.copy_(new)
+
+
+def finish_call(args: list, fw_outs: list, meta: ViewAndMutationMeta, returned_mutations: list) -> list:
+    """Apply input mutations and regenerate aliased outputs; returns the user outputs.
+
+    ``returned_mutations``: the input indices whose new values lead ``fw_outs``.
+    """
+    n_mut, n_out = len(returned_mutations), len(meta.outputs)
+    fakes = meta.fw_out_fakes
+    fake_of_mut = {i: fakes[k] for k, i in enumerate(meta.mutated_inputs)}
+    for i, new in zip(returned_mutations, fw_outs[:n_mut]):
+        apply_input_mutation(args[i], new, meta.inputs[i], fake_of_mut[i])
+    user = fw_outs[n_mut:n_mut + n_out]
+    bases = fw_outs[n_mut + n_out:]
+    offset = len(meta.mutated_inputs)
+    results = []
+    for k, info in enumerate(meta.outputs):
+        o = user[k]
+        if info.kind == IS_INPUT:
+            o = args[info.base_index]
+        elif info.kind == ALIAS_OF_INPUT:
+            o = regenerate_view(args[info.base_index], o, fakes[offset + k], info.requires_grad)
+        elif info.kind == ALIAS_OF_OUTPUT:
+            o = regenerate_view(user[info.base_index], o, fakes[offset + k], info.requires_grad)
+        elif info.kind == ALIAS_OF_INTERMEDIATE:
+            o = regenerate_view(bases[info.base_index], o, fakes[offset + k], info.requires_grad)
+        results.append(o)
+    if meta.grad_enabled_after is not None:
+        torch._C._set_grad_enabled(meta.grad_enabled_after)
+    return results
