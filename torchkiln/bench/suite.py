@@ -1,0 +1,100 @@
+"""Run the suite: every model in every mode, each measurement in its own subprocess.
+
+Per model and mode, a *cold* subprocess starts with empty caches (a fresh temporary
+``TORCHKILN_CACHE_DIR``, and ``TORCHINDUCTOR_CACHE_DIR``/``TRITON_CACHE_DIR`` for the
+peer) and measures compile time, correctness and steady-state times; a *warm*
+subprocess then starts with the caches the cold one left and measures compile time
+again, correctness again, and peak memory.  A crash or a hang (``timeout``) of one
+subprocess becomes an ``error`` row; the suite goes on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Callable
+
+from . import run
+from .models import MODELS_EXTRA_HINT, resolve, transformers_available
+
+
+def skipped_row(name: str, mode: str, opts: run.Options, reason: str) -> dict:
+    return {"model": name, "mode": mode, "backend": opts.backend, "device": opts.device, "threads": opts.threads,
+            "status": "skipped", "error": reason}
+
+
+def _subprocess(name: str, mode: str, phase: str, opts: run.Options, cache: str, timeout: float) -> dict:
+    spec = {"model": name, "mode": mode, "phase": phase, "options": dataclasses.asdict(opts)}
+    env = dict(os.environ,
+               TORCHKILN_CACHE_DIR=os.path.join(cache, "torchkiln"),
+               TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
+               TRITON_CACHE_DIR=os.path.join(cache, "triton"))
+    out_path = os.path.join(cache, f"{phase}.json")
+    cmd = [sys.executable, "-m", "torchkiln.bench.worker", json.dumps(spec), out_path]
+    row = skipped_row(name, mode, opts, "")
+    row["status"] = "error"
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        row["error"] = f"{phase}: timeout after {timeout:.0f} s"
+        return row
+    if proc.returncode != 0 or not os.path.exists(out_path):
+        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        row["error"] = f"{phase}: worker exited with {proc.returncode}: {lines[-1] if lines else 'no output'}"
+        return row
+    with open(out_path) as f:
+        return json.load(f)
+
+
+def measure(name: str, mode: str, opts: run.Options, timeout: float = 600.0, isolate: bool = True,
+            compile_fn: Callable | None = None) -> dict:
+    """The row of one model in one mode; never raises.
+
+    ``isolate=False`` measures in this process (cold and warm share its caches), for
+    tests; ``compile_fn`` replaces ``torchkiln.compile`` there.
+    """
+    try:
+        spec = resolve(name)
+    except KeyError as exc:
+        row = skipped_row(name, mode, opts, str(exc.args[0]))
+        row["status"] = "error"
+        return row
+    if spec.needs_transformers and not transformers_available():
+        return skipped_row(name, mode, opts, f"skipped: {MODELS_EXTRA_HINT}")
+    if opts.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            return skipped_row(name, mode, opts, "skipped: no CUDA device")
+    try:
+        if not isolate:
+            cold = run.measure_model(name, mode, opts, "cold", compile_fn)
+            return run.merge(cold, run.measure_model(name, mode, opts, "warm", compile_fn))
+        with tempfile.TemporaryDirectory(prefix="torchkiln-bench-") as cache:
+            cold = _subprocess(name, mode, "cold", opts, cache, timeout)
+            if cold["status"] not in ("ok", "mismatch") and cold.get("peer_status") != "ok":
+                return cold
+            return run.merge(cold, _subprocess(name, mode, "warm", opts, cache, timeout))
+    except Exception as exc:  # the harness itself must not stop the suite either
+        row = skipped_row(name, mode, opts, f"harness: {run.first_line(exc)}")
+        row["status"] = "error"
+        return row
+
+
+def run_suite(models: list[str], modes: list[str], opts: run.Options, timeout: float = 600.0, isolate: bool = True,
+              compile_fn: Callable | None = None, on_row: Callable[[dict], None] | None = None,
+              on_start: Callable[[str, str], None] | None = None) -> list[dict]:
+    """Rows for every model in every mode, in order; ``on_start``/``on_row`` report progress."""
+    rows = []
+    for name in models:
+        for mode in modes:
+            if on_start:
+                on_start(name, mode)
+            row = measure(name, mode, opts, timeout, isolate, compile_fn)
+            rows.append(row)
+            if on_row:
+                on_row(row)
+    return rows

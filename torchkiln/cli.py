@@ -1,0 +1,168 @@
+"""The ``torchkiln`` command: ``bench``, ``explain`` and ``cache``.
+
+``torchkiln bench`` compiles the model suite for inference and training, checks every
+result against eager and prints speedups and compile times (``torchkiln bench -h``);
+``torchkiln explain MODEL`` prints ``torchkiln.explain`` of a suite model;
+``torchkiln cache dir|clear`` shows or empties the persistent cache.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+
+BENCH_EPILOG = """\
+exit status: 0 when every row is ok or skipped; 1 when any row is a mismatch or an
+error (torchkiln's result; the peer's status does not count); 2 for bad arguments.
+
+Each model and mode runs in two fresh subprocesses: a cold one (empty caches: compile
+time, correctness, steady-state times) and a warm one (the caches kept: compile time,
+correctness again, peak memory).  Times are medians of --repeat steps, eager and
+compiled interleaved, with torch.set_num_threads(--threads)."""
+
+
+def default_cache_dir() -> str:
+    """``$TORCHKILN_CACHE_DIR``, else ``$XDG_CACHE_HOME/torchkiln``, else ``~/.cache/torchkiln``."""
+    if os.environ.get("TORCHKILN_CACHE_DIR"):
+        return os.environ["TORCHKILN_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torchkiln")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="torchkiln", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="{bench,explain,cache}")
+
+    bench = sub.add_parser("bench", help="run the model suite against eager (and torch.compile with --peer)",
+                           epilog=BENCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_argument("--models", help="comma-separated model names (default: the whole suite; see --list); "
+                                        "'package.module:function' names a factory of your own")
+    bench.add_argument("--mode", choices=("inference", "training", "both"), default="both")
+    bench.add_argument("--backend", default="inductor", help="torchkiln backend: eager, aot_eager, inductor (default)")
+    bench.add_argument("--repeat", type=int, help="timed steps per variant (default 20, 10 with --quick)")
+    bench.add_argument("--warmup", type=int, default=3, help="untimed steps before timing (default 3)")
+    bench.add_argument("--peer", action="store_true", help="also measure torch.compile (inductor) side by side")
+    bench.add_argument("--quick", action="store_true", help="a small subset (mlp, cnn, lstm, nanogpt) and fewer repeats")
+    bench.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    bench.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for every variant (default 1)")
+    bench.add_argument("--timeout", type=float, default=600, help="seconds per subprocess before it counts as an error")
+    bench.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    bench.add_argument("--list", action="store_true", help="list the suite's models and exit")
+
+    explain = sub.add_parser("explain", help="print torchkiln.explain of a suite model: graphs, graph breaks, reasons")
+    explain.add_argument("model")
+    explain.add_argument("--mode", choices=("inference", "training"), default="inference")
+    explain.add_argument("--device", default="cpu")
+
+    cache = sub.add_parser("cache", help="the persistent cache: print its directory or clear it")
+    cache.add_argument("action", choices=("dir", "clear"))
+    return parser
+
+
+def _list_models(console) -> int:
+    from rich.table import Table
+
+    from .bench.models import MODELS_EXTRA_HINT, QUICK, SUITE, transformers_available
+
+    has_hf = transformers_available()
+    t = Table("model", "description", "quick", "available", title="torchkiln bench models", title_justify="left")
+    for spec in SUITE.values():
+        available = "yes" if has_hf or not spec.needs_transformers else MODELS_EXTRA_HINT
+        t.add_row(spec.name, spec.description, "yes" if spec.name in QUICK else "", available)
+    console.print(t)
+    return 0
+
+
+def _bench(args, console) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from .bench import report
+    from .bench.models import QUICK, SUITE
+    from .bench.run import Options
+    from .bench.suite import run_suite
+
+    if args.list:
+        return _list_models(console)
+    if args.models:
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+    else:
+        models = list(QUICK if args.quick else SUITE)
+    modes = ["inference", "training"] if args.mode == "both" else [args.mode]
+    repeat = args.repeat or (10 if args.quick else 20)
+    opts = Options(backend=args.backend, device=args.device, repeat=repeat, warmup=args.warmup, peer=args.peer,
+                   threads=args.threads)
+    start = time.perf_counter()
+    err = Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=err, transient=True) as progress:
+        task = progress.add_task("compiling", total=len(models) * len(modes))
+
+        def on_start(name, mode):
+            progress.update(task, description=f"{name} {mode}")
+
+        def on_row(row):
+            progress.advance(task)
+            detail = row.get("error") or ""
+            progress.console.print(f"{row['model']} {row['mode']}: {row['status']} {detail}".rstrip(),
+                                   markup=False, highlight=False)
+
+        rows = run_suite(models, modes, opts, args.timeout, on_row=on_row, on_start=on_start)
+    elapsed = time.perf_counter() - start
+    summary = report.summarize(rows)
+    title = (f"torchkiln bench: backend={opts.backend}, device={opts.device}, threads={opts.threads}, "
+             f"repeat={opts.repeat}")
+    report.print_report(rows, summary, opts.peer, title, console, elapsed)
+    if args.json:
+        report.write_json(args.json, rows, summary, {"options": vars(opts), "models": models, "modes": modes,
+                                                     "elapsed_s": elapsed})
+    return 1 if report.failed(rows) else 0
+
+
+def _explain(args) -> int:
+    import torchkiln
+
+    from .bench.models import build
+
+    work = build(args.model, args.device)
+    work.model.train(args.mode == "training")
+    try:
+        print(torchkiln.explain(work.model)(*work.args, **work.kwargs))
+    except Exception as exc:
+        print(f"torchkiln explain {args.model}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cache(args) -> int:
+    path = default_cache_dir()
+    if args.action == "dir":
+        print(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path)
+        print(f"removed {path}")
+    else:
+        print(f"nothing to remove: {path} does not exist")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``torchkiln`` console script; returns the exit status."""
+    from rich.console import Console
+
+    args = _parser().parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 220)
+    if args.command == "bench":
+        return _bench(args, console)
+    if args.command == "explain":
+        return _explain(args)
+    if args.command == "cache":
+        return _cache(args)
+    _parser().print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
