@@ -1,0 +1,115 @@
+"""Dynamic-shape policy end to end: automatic dynamic, dynamic=True/False,
+mark_dynamic, mark_static; every result compared with eager."""
+import pytest
+import torch
+
+import torchkiln
+from torchkiln.testing import CompileCounter, EagerAndRecordGraphs, same
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    torchkiln.reset()
+    yield
+    torchkiln.reset()
+
+
+def f(x, y):
+    return (x * 2 + y).sum(0)
+
+
+def _symbolic_dims(gm):
+    """Placeholder name -> dims whose example size is symbolic."""
+    out = {}
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            val = node.meta.get("example_value")
+            if isinstance(val, torch.Tensor):
+                out[node.name] = {d for d, s in enumerate(val.shape) if isinstance(s, torch.SymInt)}
+    return out
+
+
+def test_automatic_dynamic_one_recompile_then_reuse():
+    cnt = CompileCounter()
+    cf = torchkiln.compile(f, backend=cnt)
+    for n in (3, 4, 5, 7, 9):
+        x, y = torch.randn(n, 2), torch.randn(n, 2)
+        assert same(cf(x, y), f(x, y))
+    assert cnt.frame_count == 2
+
+
+def test_automatic_dynamic_only_changed_dim_is_symbolic():
+    rec = EagerAndRecordGraphs()
+    cf = torchkiln.compile(f, backend=rec)
+    cf(torch.randn(3, 2), torch.randn(3, 2))
+    cf(torch.randn(4, 2), torch.randn(4, 2))
+    assert len(rec.graphs) == 2
+    assert all(not dims for dims in _symbolic_dims(rec.graphs[0]).values())
+    dims = [d for d in _symbolic_dims(rec.graphs[1]).values() if d]
+    assert dims and all(d == {0} for d in dims)
+
+
+def test_dynamic_false_recompiles_per_size():
+    cnt = CompileCounter()
+    cf = torchkiln.compile(f, backend=cnt, dynamic=False)
+    for n in (3, 4, 5):
+        x, y = torch.randn(n, 2), torch.randn(n, 2)
+        assert same(cf(x, y), f(x, y))
+    assert cnt.frame_count == 3
+
+
+def test_automatic_dynamic_config_off():
+    cnt = CompileCounter()
+    with torchkiln.config.patch(automatic_dynamic_shapes=False):
+        cf = torchkiln.compile(f, backend=cnt)
+        for n in (3, 4, 5):
+            cf(torch.randn(n, 2), torch.randn(n, 2))
+    assert cnt.frame_count == 3
+
+
+def test_dynamic_true_one_graph_for_all_sizes():
+    cnt = CompileCounter()
+    cf = torchkiln.compile(f, backend=cnt, dynamic=True)
+    for n in (3, 4, 5, 8):
+        x, y = torch.randn(n, 2), torch.randn(n, 2)
+        assert same(cf(x, y), f(x, y))
+    assert cnt.frame_count == 1
+
+
+def test_dynamic_true_specialises_zero_and_one():
+    cnt = CompileCounter()
+    cf = torchkiln.compile(f, backend=cnt, dynamic=True)
+    for n in (3, 1, 4):
+        x, y = torch.randn(n, 2), torch.randn(n, 2)
+        assert same(cf(x, y), f(x, y))
+    assert cnt.frame_count == 2  # size 1 gets its own graph
+
+
+def test_mark_dynamic_first_compile_is_symbolic():
+    rec = EagerAndRecordGraphs()
+    cf = torchkiln.compile(f, backend=rec)
+    x, y = torch.randn(5, 2), torch.randn(5, 2)
+    torchkiln.mark_dynamic(x, 0)
+    assert same(cf(x, y), f(x, y))
+    assert any(d == {0} for d in _symbolic_dims(rec.graphs[0]).values())
+
+
+def test_mark_static_wins_over_dynamic_true():
+    rec = EagerAndRecordGraphs()
+    cf = torchkiln.compile(f, backend=rec, dynamic=True)
+    x, y = torch.randn(5, 2), torch.randn(5, 2)
+    torchkiln.mark_static(x)
+    torchkiln.mark_static(y)
+    assert same(cf(x, y), f(x, y))
+    assert all(not d for d in _symbolic_dims(rec.graphs[0]).values())
+
+
+def test_mark_dynamic_bad_input():
+    with pytest.raises(TypeError):
+        torchkiln.mark_dynamic([1, 2], 0)
+    with pytest.raises(IndexError):
+        torchkiln.mark_dynamic(torch.randn(2), 3)
+    t = torch.randn(2, 3)
+    torchkiln.mark_dynamic(t, [0, -1], min=2, max=64)
+    assert t._torchkiln_dynamic_dims == {0, 1}
+    assert t._torchkiln_dim_ranges[1] == (2, 64)
