@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "skipped": "yellow"}
 
@@ -84,7 +85,7 @@ def table(rows: list[dict], peer: bool, title: str) -> Table:
     t.add_column("note", overflow="fold", max_width=60)
     for r in rows:
         status = r["status"]
-        cells = [r["model"], r["mode"], f"[{STATUS_STYLE.get(status, '')}]{status}[/]",
+        cells = [Text(r["model"]), r["mode"], Text(status, STATUS_STYLE.get(status, "")),
                  f"{_fmt(r.get('graphs'), 'd')}/{_fmt(r.get('graph_breaks'), 'd')}",
                  f"{_fmt(r.get('compile_cold_s'), '.2f')}/{_fmt(r.get('compile_warm_s'), '.2f')}",
                  _fmt(r.get("eager_ms"), ".2f"), _fmt(r.get("ms"), ".2f"), _x(r.get("speedup")),
@@ -92,7 +93,7 @@ def table(rows: list[dict], peer: bool, title: str) -> Table:
         if peer:
             ps = r.get("peer_status", "-")
             vs = r["peer_ms"] / r["ms"] if r.get("peer_ms") and r.get("ms") else None
-            cells += [f"[{STATUS_STYLE.get(ps, '')}]{ps}[/]",
+            cells += [Text(ps, STATUS_STYLE.get(ps, "")),
                       f"{_fmt(r.get('peer_compile_cold_s'), '.2f')}/{_fmt(r.get('peer_compile_warm_s'), '.2f')}",
                       _fmt(r.get("peer_ms"), ".2f"), _x(r.get("peer_speedup")), _x(vs)]
         note = r.get("error") or r.get("note") or ""
@@ -100,7 +101,7 @@ def table(rows: list[dict], peer: bool, title: str) -> Table:
             note = "no graph captured: ran eagerly"
         if peer and r.get("peer_error"):
             note = (note + " | " if note else "") + "peer " + r["peer_error"]
-        cells.append(note)
+        cells.append(Text(note))
         t.add_row(*cells)
     return t
 
