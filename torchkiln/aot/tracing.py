@@ -111,10 +111,11 @@ def trace_joint(fn: Callable, meta: ViewAndMutationMeta, fake_args: list, fake_m
 
 
 def _cleanup(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """Flat calling convention; drop ``aten.detach`` (a no-op in a functional graph) and dead nodes."""
+    """Flat calling convention; drop ``aten.detach``/``aten.alias`` (no-ops in a functional
+    graph) and dead nodes."""
     gm.graph._codegen = torch.fx.graph.CodeGen()
     for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target is torch.ops.aten.detach.default:
+        if node.op == "call_function" and node.target in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
     gm.graph.eliminate_dead_code()
