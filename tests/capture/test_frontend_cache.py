@@ -378,3 +378,13 @@ def test_decorator_forms(fake_capture):
     x = torch.randn(3)
     assert same(f(x), x.sin())
     assert f.__name__ == "f" and cnt.frame_count == 1
+
+
+def test_partial_compiles_its_function(fake_capture):
+    import functools
+
+    cnt = CompileCounter()
+    p = torchkiln.compile(functools.partial(add_mul, y=torch.ones(3)), backend=cnt)
+    x = torch.randn(3)
+    assert same(p(x), add_mul(x, torch.ones(3)))
+    assert cnt.frame_count == 1

@@ -172,6 +172,8 @@ class CompileContext:
         fn = getattr(fn, "_torchkiln_compiled_orig", fn)  # re-wrapping a wrapper wraps its original
         if isinstance(fn, types.MethodType):
             return types.MethodType(self.wrap(fn.__func__), fn.__self__)
+        if isinstance(fn, functools.partial):
+            return functools.partial(self.wrap(fn.func), *fn.args, **fn.keywords)
         if not isinstance(fn, types.FunctionType):
             call = getattr(type(fn), "__call__", None)
             if isinstance(call, types.FunctionType):

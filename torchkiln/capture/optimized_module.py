@@ -71,7 +71,11 @@ class OptimizedModule(torch.nn.Module):
         mod = self.__dict__["_modules"]["_orig_mod"]
         context = self.__dict__["_torchkiln_context"]
         if isinstance(context, _DisabledContext):
-            return context.wrap(mod)(*args, **kwargs)
+            native = self.__dict__["_torchkiln_forward"][1]
+            if native is None:
+                native = context.wrap(mod.__call__)
+                self.__dict__["_torchkiln_forward"] = (None, native)
+            return native(*args, **kwargs)
         if hasattr(mod, "_initialize_hook"):  # a lazy module not yet materialised
             mod._infer_parameters(mod, args, kwargs)
         if _has_hooks(mod):
