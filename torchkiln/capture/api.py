@@ -5,8 +5,9 @@
 ``torch.compiler.disable``).  This module imports nothing else from capture, so the
 interpreter can import it to recognise these functions by identity:
 
-- ``graph_break`` itself is the marker;
-- ``is_allowed_in_graph(fn)``: ``fn`` goes into the graph as one ``call_function`` node;
+- ``graph_break`` (it carries ``_torchkiln_graph_break = True``) breaks the graph;
+- ``is_allowed_in_graph(fn)`` (and ``fn._torchkiln_allow_in_graph`` where ``fn`` takes
+  attributes): ``fn`` goes into the graph as one ``call_function`` node;
 - a function returned by ``disable`` carries ``_torchkiln_disable = True`` and its
   original in ``_torchkiln_orig_callable``; capture graph-breaks on a call to it.
 
@@ -43,6 +44,9 @@ def graph_break() -> None:
     """
 
 
+graph_break._torchkiln_graph_break = True
+
+
 def allow_in_graph(fn: Callable) -> Callable:
     """Put calls to ``fn`` in the graph as a single node instead of tracing into it.
 
@@ -55,6 +59,10 @@ def allow_in_graph(fn: Callable) -> Callable:
     if not callable(fn):
         raise TypeError(f"allow_in_graph expects a callable, got {type(fn).__name__}")
     _allowed_in_graph.add(fn)
+    try:
+        fn._torchkiln_allow_in_graph = True
+    except (AttributeError, TypeError):  # builtins take no attributes; the set still has them
+        pass
     return fn
 
 
