@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import warnings
 from typing import Callable
 
@@ -39,15 +40,17 @@ codegen = pytest.importorskip("torchkiln.codegen")
 
 f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16
 HAS_CUDA = torch.cuda.is_available()
-HAS_TRITON = True
 try:
     import triton  # noqa: F401
+
+    # Triton on CPU tensors runs under the interpreter (tests/codegen/conftest.py sets it)
+    HAS_TRITON = os.environ.get("TRITON_INTERPRET") == "1"
 except ImportError:
     HAS_TRITON = False
 
 PATHS = [
     pytest.param("cpp", id="cpp"),
-    pytest.param("triton", id="triton", marks=pytest.mark.skipif(not HAS_TRITON, reason="triton not installed")),
+    pytest.param("triton", id="triton", marks=pytest.mark.skipif(not HAS_TRITON, reason="needs triton with TRITON_INTERPRET=1 (no GPU)")),
     pytest.param("cuda", id="cuda", marks=pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")),
 ]
 TOL = {f32: dict(atol=1e-4, rtol=1e-4), f16: dict(atol=1e-2, rtol=1e-2), bf16: dict(atol=4e-2, rtol=4e-2)}
@@ -62,7 +65,7 @@ class T:
     """A random tensor input: ``shape``, value kind, optional dtype override and layout.
 
     ``kind``: "randn", "pos" (in [0.5, 2)), "unit" (in (-0.9, 0.9)), "int" (0..9),
-    "bool", "idx:N" (int64 indices in [0, N)).  ``layout``: "contig", "t" (the transpose
+    "bool", "idx:N" (int64 indices in [0, N)), "perm:N" (distinct indices in [0, N)).  ``layout``: "contig", "t" (the transpose
     of a contiguous tensor, shape given after transposing), "slice" (every other column
     of a wider tensor), "expand" (stride 0 in dim 0).
     """
@@ -75,7 +78,7 @@ class T:
 
     def make(self, device, dtype, gen):
         dt = self.dtype or dtype
-        if self.kind.startswith("idx:"):
+        if self.kind.startswith(("idx:", "perm:")):
             dt = torch.int64
         elif self.kind == "int":
             dt = self.dtype or torch.int64
@@ -101,6 +104,8 @@ class T:
         k = self.kind
         if k.startswith("idx:"):
             return torch.randint(0, int(k[4:]), shape, generator=gen, dtype=torch.int64)
+        if k.startswith("perm:"):  # distinct indices (index_put without accumulate)
+            return torch.randperm(int(k[5:]), generator=gen)[: shape[0]]
         if k == "int":
             return torch.randint(0, 10, shape, generator=gen).to(dt)
         if k == "bool":
@@ -265,7 +270,7 @@ case("scatter_reduce_amax", lambda x, i, s: x.scatter_reduce(0, i, s, "amax"), A
 case("index", lambda x, i: x[i] * 2, A, T((5,), "idx:4"), triton=True)
 case("index_dim1", lambda x, i: x[:, i] + 1, A, T((3,), "idx:6"))
 case("index_2d", lambda x, i, j: x[i, j], A, T((5,), "idx:4"), T((5,), "idx:6"))
-case("index_put", lambda x, i, v: x.index_put((i,), v), A, T((2,), "idx:4", grad=False), T((2, 6)), grad=False)
+case("index_put", lambda x, i, v: x.index_put((i,), v), A, T((2,), "perm:4"), T((2, 6)))
 case("index_put_acc", lambda x, i, v: x.index_put((i,), v, accumulate=True), A, T((5,), "idx:4"), T((5, 6)))
 case("embedding", lambda i, w: F.embedding(i, w), T((3, 5), "idx:10"), T((10, 4)), triton=True)
 case("index_select", lambda x, i: torch.index_select(x, 1, i) * 2, A, T((4,), "idx:6"))

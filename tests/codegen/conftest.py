@@ -1,0 +1,10 @@
+"""Triton's interpreter is process-wide: TRITON_INTERPRET=1 must be set before triton is
+first imported.  Where there is no GPU, turn it on, so the ``triton`` device path of the
+codegen tests runs Triton kernels on CPU tensors; with a GPU, Triton kernels compile for
+real and that path is skipped."""
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -1,0 +1,166 @@
+"""The Triton kernel generator: the fused kernels of one graph → one Python module.
+
+The module holds a small prelude of ``@triton.jit`` helpers (Python-semantics integer
+division, NaN-propagating max/min, argmax/argmin combiners), one ``@triton.jit`` kernel
+per fused kernel (two for reductions: persistent and looped) and a plain-Python launcher
+``<kernel>_launch(buffers..., sizes...)`` per kernel, which computes ``xnumel``/``rnumel``
+and the launch grid from the sizes at run time.  The source is written to
+``$TORCHKILN_CACHE_DIR/triton/<hash>.py`` and imported from there (``@triton.jit`` reads
+source files through ``inspect``).
+
+Kernels for CPU tensors run in Triton's interpreter, which is a process-wide mode:
+``TRITON_INTERPRET=1`` must be set before triton is first imported (triton's own
+``@jit`` library functions are built at import).  They use a numpy stand-in for
+libdevice.  Without the interpreter, compiling CPU kernels raises ``RuntimeError``
+(compile_fx then falls back).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+
+import torch
+
+from ..generators import KernelGenerator
+from .kernel import KernelRenderer
+
+PRELUDE = '''\
+import triton
+import triton.language as tl
+{libdevice_import}
+from torchkiln.codegen.triton import runtime as _rt
+
+INTERPRET = {interpret}
+
+
+@triton.jit
+def kiln_floordiv(a, b):
+    q = tl.abs(a) // tl.abs(b)
+    r = tl.abs(a) % tl.abs(b)
+    return tl.where((a < 0) != (b < 0), -q - (r != 0).to(q.dtype), q)
+
+
+@triton.jit
+def kiln_truncdiv(a, b):
+    q = tl.abs(a) // tl.abs(b)
+    return tl.where((a < 0) != (b < 0), -q, q)
+
+
+@triton.jit
+def kiln_mod(a, b):
+    r = tl.abs(a) % tl.abs(b)
+    r = tl.where(a < 0, -r, r)
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def kiln_fremainder(a, b):
+    r = libdevice.fmod(a, b)
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def kiln_maximum(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def kiln_minimum(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def kiln_prod(a, b):
+    return a * b
+
+
+@triton.jit
+def kiln_argmax(a, ai, b, bi):
+    a_nan = a != a
+    b_nan = b != b
+    better = (a > b) | (a_nan & ~b_nan)
+    tie = ((a == b) | (a_nan & b_nan)) & (ai <= bi)
+    pick = better | tie
+    return tl.where(pick, a, b), tl.where(pick, ai, bi)
+
+
+@triton.jit
+def kiln_argmin(a, ai, b, bi):
+    a_nan = a != a
+    b_nan = b != b
+    better = (a < b) | (a_nan & ~b_nan)
+    tie = ((a == b) | (a_nan & b_nan)) & (ai <= bi)
+    pick = better | tie
+    return tl.where(pick, a, b), tl.where(pick, ai, bi)
+'''
+
+
+def cache_dir() -> str:
+    """``$TORCHKILN_CACHE_DIR``, else ``$XDG_CACHE_HOME/torchkiln``, else ``~/.cache/torchkiln``."""
+    if os.environ.get("TORCHKILN_CACHE_DIR"):
+        return os.environ["TORCHKILN_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torchkiln")
+
+
+def interpreter_active() -> bool:
+    """Whether triton was imported in interpreter mode (``TRITON_INTERPRET=1``)."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(tl.zeros, InterpretedFunction)
+
+
+def load_module(source: str):
+    """Write ``source`` to the cache (by content hash) and import it."""
+    key = hashlib.sha256(source.encode()).hexdigest()[:32]
+    name = f"torchkiln_triton_{key}"
+    if name in sys.modules:
+        return sys.modules[name]
+    directory = os.path.join(cache_dir(), "triton")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{key}.py")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+class TritonGenerator(KernelGenerator):
+    """Kernel generator for CUDA tensors, and for CPU tensors under Triton's interpreter."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self.interpret = device.type == "cpu"
+        self._source = ""
+
+    def render(self, kernels: list) -> str:
+        """The module source for ``kernels``."""
+        libdevice = ("from torchkiln.codegen.triton import interpret_libdevice as libdevice" if self.interpret
+                     else "from triton.language.extra import libdevice")
+        parts = [PRELUDE.format(libdevice_import=libdevice, interpret=self.interpret)]
+        parts += [KernelRenderer(k).render() for k in kernels]
+        return "\n\n".join(parts) + "\n"
+
+    def compile_kernels(self, kernels: list) -> dict:
+        if not kernels:
+            return {}
+        if self.interpret and not interpreter_active():
+            raise RuntimeError("Triton kernels for CPU tensors need TRITON_INTERPRET=1 set before triton is imported")
+        self._source = self.render(kernels)
+        module = load_module(self._source)
+        return {f"{k.name}_launch": getattr(module, f"{k.name}_launch") for k in kernels}
+
+    def call(self, kernel, args: list[str]) -> str:
+        return f"{kernel.name}_launch({', '.join(args)})"
+
+    def source(self) -> str:
+        return self._source

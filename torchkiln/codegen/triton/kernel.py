@@ -1,0 +1,427 @@
+"""Render one :class:`~torchkiln.codegen.ir.FusedKernel` as ``@triton.jit`` source.
+
+Layout of a rendered kernel (the IR semantics of docs/codegen.md, blocked):
+
+* the outer iteration space is flattened: each program handles ``XBLOCK`` consecutive
+  points ``xindex`` (masked by ``xmask = xindex < xnumel``), and the per-dimension index
+  variables ``x0, x1...`` are recovered with ``ir.split_flat_index``;
+* a pointwise kernel works on ``[XBLOCK]`` blocks; a reduction kernel on
+  ``[XBLOCK, RBLOCK]`` tiles, with per-row values ``[XBLOCK, 1]``;
+* a reduction kernel is rendered twice: *persistent* (one ``RBLOCK >= rnumel`` tile
+  holds a whole row, values stay in registers across loops) and *looped* (each
+  reduction loop becomes ``for roffset in range(0, rnumel, RBLOCK)`` with tile
+  accumulators, reduced after the loop).  The launcher picks one at run time from
+  ``rnumel``, so dynamic sizes need no recompile;
+* every index expression and stored value is broadcast to the block shape, and loads
+  and stores are masked by the block mask (and by enclosing ``Masked`` conditions);
+* float16/bfloat16 values are computed in float32, rounded by ``to_dtype`` and stores;
+* sizes are kernel arguments (``s0``...), plus ``xnumel``/``rnumel`` computed by the
+  launcher; ``IDX64`` (constexpr) switches index arithmetic to int64 for big tensors.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from .. import ir
+from .printer import texpr
+
+_TL = {
+    torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16", torch.int8: "tl.int8", torch.int16: "tl.int16", torch.int32: "tl.int32",
+    torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+
+def tl_dtype(dtype: torch.dtype) -> str:
+    """The Triton type of a buffer element."""
+    if dtype not in _TL:
+        raise NotImplementedError(f"Triton kernels do not support {dtype}")
+    return _TL[dtype]
+
+
+def compute_dtype(dtype: torch.dtype) -> str:
+    """The Triton type values of ``dtype`` are computed in (float32 for half types)."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return "tl.float32"
+    return tl_dtype(dtype)
+
+
+def _literal(value, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "1" if value else "0"
+    if dtype.is_floating_point:
+        v = float(value)
+        if v != v:
+            return 'float("nan")'
+        if math.isinf(v):
+            return f'float("{v}")'
+        return repr(v)
+    return str(int(value))
+
+
+def _identity(reduction_type: str, dtype: torch.dtype) -> str:
+    if reduction_type in ("sum", "any"):
+        return "0"
+    if reduction_type in ("prod", "all"):
+        return "1"
+    low = reduction_type in ("max", "argmax")
+    if dtype.is_floating_point:
+        return 'float("-inf")' if low else 'float("inf")'
+    if dtype == torch.bool:
+        return "0" if low else "1"
+    info = torch.iinfo(dtype)
+    return str(info.min if low else info.max)
+
+
+def _value_dtype(r: ir.Reduce) -> torch.dtype:
+    """The dtype values are compared in: the input's for argmax/argmin, else the accumulator's."""
+    return r.value.dtype if r.reduction_type in ("argmax", "argmin") else r.dtype
+
+
+def _tile_dtype(r: ir.Reduce) -> str:
+    if r.reduction_type in ("any", "all") or _value_dtype(r) == torch.bool:
+        return "tl.int32"
+    return compute_dtype(_value_dtype(r))
+
+
+_UNARY_LIBDEVICE = {
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin",
+    "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "lgamma",
+    "floor", "ceil", "trunc",
+}
+_BINARY_INFIX = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
+                 "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
+                 "ge": ">="}
+_BINARY_LIBDEVICE = {"atan2", "hypot", "copysign", "fmod", "pow"}
+
+
+class _Scope:
+    """CSE scope: IR value (with its mask) → variable; lookups fall back to the parent."""
+
+    def __init__(self, parent=None):
+        self.parent = parent
+        self.vars: dict = {}
+
+    def get(self, key):
+        s = self
+        while s is not None:
+            if key in s.vars:
+                return s.vars[key]
+            s = s.parent
+        return None
+
+
+class _Context:
+    """Where values are being emitted: block shape, mask, CSE scope, output lines."""
+
+    def __init__(self, shape: str, mask: str, zero: str, scope: _Scope, lines: list, indent: str):
+        self.shape, self.mask, self.zero, self.scope, self.lines, self.indent = shape, mask, zero, scope, lines, indent
+
+    def with_mask(self, mask: str) -> "_Context":
+        return _Context(self.shape, f"({self.mask} & {mask})", self.zero, self.scope, self.lines, self.indent)
+
+
+class KernelRenderer:
+    """Renders one fused kernel; ``render()`` returns the source of its jit functions and launcher."""
+
+    def __init__(self, kernel: ir.FusedKernel):
+        self.k = kernel
+        self.buffers = {b.name: b for b in kernel.buffers}
+        self.counter = 0
+        self.reduced: dict[str, str] = {}  # Reduce name -> variable
+
+    # ------------------------------------------------------------------ values
+    def tmp(self) -> str:
+        self.counter += 1
+        return f"tmp{self.counter}"
+
+    def emit(self, ctx: _Context, expr: str) -> str:
+        name = self.tmp()
+        ctx.lines.append(f"{ctx.indent}{name} = {expr}")
+        return name
+
+    def value(self, v, ctx: _Context) -> str:
+        key = (v, ctx.mask)
+        hit = ctx.scope.get(key)
+        if hit is not None:
+            return hit
+        out = self._value(v, ctx)
+        ctx.scope.vars[key] = out
+        return out
+
+    def index(self, expr, indirect, ctx: _Context) -> str:
+        subs = {}
+        for ind in indirect:
+            raw = self.value(ind.value, ctx)
+            size = texpr(ind.size)
+            var = self.emit(ctx, f"tl.where({raw} < 0, {raw} + {size}, {raw})")
+            subs[ind.symbol] = sympy.Symbol(var, integer=True)
+        if subs:
+            expr = sympy.sympify(expr).xreplace(subs)
+        return f"({texpr(expr)}) + {ctx.zero}"
+
+    def _value(self, v, ctx: _Context) -> str:
+        if isinstance(v, ir.Load):
+            buf = self.buffers[v.buffer]
+            idx = self.index(v.index, v.indirect, ctx)
+            load = f"tl.load({v.buffer} + {idx}, {ctx.mask}, other=0)"
+            if buf.dtype in (torch.float16, torch.bfloat16):
+                load += ".to(tl.float32)"
+            return self.emit(ctx, load)
+        if isinstance(v, ir.Constant):
+            return self.emit(ctx, f"tl.full([1], {_literal(v.value, v.dtype)}, {compute_dtype(v.dtype)})")
+        if isinstance(v, ir.IndexValue):
+            if v.dtype == torch.bool:
+                return self.emit(ctx, f"(tl.full([1], 0, tl.int64) + ({texpr(v.expr)})) != 0")
+            return self.emit(ctx, f"tl.full([1], 0, {compute_dtype(v.dtype)}) + ({texpr(v.expr)})")
+        if isinstance(v, ir.ReductionValue):
+            return self.reduced[v.name]
+        if isinstance(v, ir.Masked):
+            mask = self.value(v.mask, ctx)
+            body = self.value(v.body, ctx.with_mask(mask))
+            other = _literal(v.other.value if isinstance(v.other, ir.Constant) else v.other, v.dtype)
+            return self.emit(ctx, f"tl.where({mask}, {body}, {other})")
+        if isinstance(v, ir.Op):
+            args = [self.value(a, ctx) for a in v.args]
+            return self.emit(ctx, self.op(v, args))
+        raise NotImplementedError(f"Triton kernels: unknown IR value {v!r}")
+
+    def op(self, v: ir.Op, a: list[str]) -> str:
+        name, dt = v.name, v.dtype
+        cdt = compute_dtype(dt)
+        is_float = dt.is_floating_point
+        if name == "to_dtype":
+            src = v.args[0].dtype
+            if dt == torch.bool:
+                return f"({a[0]} != 0)"
+            if dt in (torch.float16, torch.bfloat16):
+                return f"{a[0]}.to({tl_dtype(dt)}).to(tl.float32)"
+            if src.is_floating_point and not dt.is_floating_point:
+                return f"{a[0]}.to({cdt})"
+            return f"{a[0]}.to({cdt})"
+        if name in _BINARY_INFIX:
+            return f"({a[0]} {_BINARY_INFIX[name]} {a[1]})"
+        if name in _UNARY_LIBDEVICE:
+            return f"libdevice.{name}({a[0]})"
+        if name in _BINARY_LIBDEVICE:
+            if not is_float:
+                return f"libdevice.{name}({a[0]}.to(tl.float64), {a[1]}.to(tl.float64)).to({cdt})"
+            return f"libdevice.{name}({a[0]}, {a[1]})"
+        simple = {
+            "neg": f"(-{a[0]})" if dt != torch.bool else f"{a[0]}",
+            "abs": f"tl.abs({a[0]})",
+            "sigmoid": f"(1.0 / (1.0 + tl.exp(-{a[0]})))",
+            "relu": f"tl.where({a[0]} < 0, 0, {a[0]})",
+            "round": f"libdevice.nearbyint({a[0]})",
+            "sign": f"(({a[0]} > 0).to({cdt}) - ({a[0]} < 0).to({cdt}))",
+            "signbit": f"(({a[0]} < 0) | (({a[0]} == 0) & ((1.0 / {a[0]}) < 0)))",
+            "reciprocal": f"(1.0 / {a[0]})",
+            "isnan": f"({a[0]} != {a[0]})",
+            "isinf": f"(tl.abs({a[0]}) == float(\"inf\"))",
+            "isfinite": f"(({a[0]} == {a[0]}) & (tl.abs({a[0]}) != float(\"inf\")))",
+            "logical_not": f"({a[0]} == 0)",
+            "bitwise_not": f"(~{a[0]})" if dt != torch.bool else f"({a[0]} == 0)",
+            "logical_and": f"(({a[0]} != 0) & ({a[1]} != 0))" if len(a) > 1 else "",
+            "logical_or": f"(({a[0]} != 0) | ({a[1]} != 0))" if len(a) > 1 else "",
+            "logical_xor": f"(({a[0]} != 0) != ({a[1]} != 0))" if len(a) > 1 else "",
+            "maximum": f"kiln_maximum({a[0]}, {a[1]})" if len(a) > 1 else "",
+            "minimum": f"kiln_minimum({a[0]}, {a[1]})" if len(a) > 1 else "",
+            "where": f"tl.where({a[0]}, {a[1]}, {a[2]})" if len(a) > 2 else "",
+        }
+        if name in simple:
+            return simple[name]
+        if name == "truediv":
+            return f"({a[0]} / {a[1]})" if is_float else f"({a[0]}.to(tl.float64) / {a[1]}).to({cdt})"
+        if name == "floordiv":
+            return f"libdevice.floor({a[0]} / {a[1]})" if is_float else f"kiln_floordiv({a[0]}, {a[1]})"
+        if name == "truncdiv":
+            return f"libdevice.trunc({a[0]} / {a[1]})" if is_float else f"kiln_truncdiv({a[0]}, {a[1]})"
+        if name == "remainder":
+            if is_float:
+                return f"kiln_fremainder({a[0]}, {a[1]})"
+            return f"kiln_mod({a[0]}, {a[1]})"
+        raise NotImplementedError(f"Triton kernels: no rendering of op {name!r}")
+
+    # ------------------------------------------------------------------ statements
+    def store(self, s: ir.Store, ctx: _Context) -> None:
+        buf = self.buffers[s.buffer]
+        val = self.value(s.value, ctx)
+        idx = self.index(s.index, s.indirect, ctx)
+        val = f"tl.broadcast_to({val}, {ctx.shape}).to({tl_dtype(buf.dtype)})"
+        if s.mode == "atomic_add":
+            ctx.lines.append(f"{ctx.indent}tl.atomic_add({s.buffer} + {idx}, {val}, {ctx.mask}, sem=\"relaxed\")")
+        elif s.mode is None:
+            ctx.lines.append(f"{ctx.indent}tl.store({s.buffer} + {idx}, {val}, {ctx.mask})")
+        else:
+            raise NotImplementedError(f"Triton kernels: store mode {s.mode!r}")
+
+    def reduce_value(self, r: ir.Reduce, ctx: _Context) -> tuple[str, str]:
+        """The masked tile to accumulate (value with the identity where masked) and its index."""
+        val = self.value(r.value, ctx)
+        if r.reduction_type in ("any", "all"):
+            val = f"({val} != 0).to(tl.int32)"
+        else:
+            val = f"{val}.to({_tile_dtype(r)})"
+        masked = self.emit(ctx, f"tl.where({ctx.mask}, tl.broadcast_to({val}, {ctx.shape}), "
+                                f"{_identity(r.reduction_type, _value_dtype(r))})")
+        index = None
+        if r.reduction_type in ("argmax", "argmin"):
+            index = self.emit(ctx, f"({texpr(r.index)}) + {ctx.zero}")
+        return masked, index
+
+    def finish_reduce(self, r: ir.Reduce, tile: str, index: str | None, ctx: _Context) -> str:
+        """Reduce a tile along the reduction axis to a ``[XBLOCK, 1]`` value."""
+        t = r.reduction_type
+        if t == "sum":
+            out = f"tl.sum({tile}, 1)[:, None]"
+        elif t == "prod":
+            out = f"tl.reduce({tile}, 1, kiln_prod)[:, None]"
+        elif t in ("max", "min"):
+            out = f"tl.reduce({tile}, 1, kiln_{t}imum)[:, None]"
+        elif t == "any":
+            out = f"(tl.max({tile}, 1)[:, None] != 0)"
+        elif t == "all":
+            out = f"(tl.min({tile}, 1)[:, None] != 0)"
+        elif t in ("argmax", "argmin"):
+            pair = self.emit(ctx, f"tl.reduce(({tile}, {index}), 1, kiln_{t})")
+            return self.emit(ctx, f"{pair}[1][:, None].to(tl.int64)")
+        else:
+            raise NotImplementedError(f"Triton kernels: reduction {t!r}")
+        if r.dtype == torch.bool and t not in ("any", "all"):
+            out = f"({out} != 0)"
+        return self.emit(ctx, out)
+
+    # ------------------------------------------------------------------ kernels
+    def _header(self, name: str, reduction: bool) -> list[str]:
+        params = [b.name for b in self.k.buffers] + [str(s) for s in self.k.size_args] + ["xnumel"]
+        if reduction:
+            params.append("rnumel")
+        params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if reduction else []) + ["IDX64: tl.constexpr"]
+        lines = ["@triton.jit", f"def {name}({', '.join(params)}):", "    xoffset = tl.program_id(0) * XBLOCK",
+                 "    if IDX64:", "        xoffset = xoffset.to(tl.int64)"]
+        if reduction:
+            lines += ["    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]",
+                      "    rbase = tl.arange(0, RBLOCK)[None, :]",
+                      "    if IDX64:", "        rbase = rbase.to(tl.int64)",
+                      "    xzero = tl.zeros([XBLOCK, 1], tl.int64 if IDX64 else tl.int32)",
+                      "    rzero = tl.zeros([XBLOCK, RBLOCK], tl.int64 if IDX64 else tl.int32)"]
+        else:
+            lines += ["    xindex = xoffset + tl.arange(0, XBLOCK)",
+                      "    xzero = tl.zeros([XBLOCK], tl.int64 if IDX64 else tl.int32)"]
+        lines.append("    xmask = xindex < xnumel")
+        for var, e in zip(self.k.index_vars, ir.split_flat_index(sympy.Symbol("xindex", integer=True, nonnegative=True), self.k.ranges)):
+            lines.append(f"    {var} = {texpr(e)}")
+        return lines
+
+    def _rvars(self, indent: str) -> list[str]:
+        flat = sympy.Symbol("rindex", integer=True, nonnegative=True)
+        return [f"{indent}{var} = {texpr(e)}" for var, e in zip(self.k.reduction_vars, ir.split_flat_index(flat, self.k.reduction_ranges))]
+
+    def render_pointwise(self) -> str:
+        lines = self._header(self.k.name, reduction=False)
+        ctx = _Context("[XBLOCK]", "xmask", "xzero", _Scope(), lines, "    ")
+        for loop in self.k.loops:
+            for s in loop.body:
+                self.store(s, ctx)
+        return "\n".join(lines)
+
+    def render_persistent(self) -> str:
+        self.reduced.clear()
+        lines = self._header(f"{self.k.name}_persistent", reduction=True)
+        lines += ["    rindex = rbase", "    rmask = rindex < rnumel", "    xrmask = xmask & rmask"]
+        lines += self._rvars("    ")
+        outer = _Context("[XBLOCK, 1]", "xmask", "xzero", _Scope(), lines, "    ")
+        inner = _Context("[XBLOCK, RBLOCK]", "xrmask", "rzero", _Scope(outer.scope), lines, "    ")
+        for loop in self.k.loops:
+            ctx = inner if loop.reduction else outer
+            for s in loop.body:
+                if isinstance(s, ir.Reduce):
+                    tile, index = self.reduce_value(s, ctx)
+                    self.reduced[s.name] = self.finish_reduce(s, tile, index, ctx)
+                else:
+                    self.store(s, ctx)
+        return "\n".join(lines)
+
+    def render_looped(self) -> str:
+        self.reduced.clear()
+        lines = self._header(f"{self.k.name}_looped", reduction=True)
+        outer = _Context("[XBLOCK, 1]", "xmask", "xzero", _Scope(), lines, "    ")
+        for loop in self.k.loops:
+            if not loop.reduction:
+                for s in loop.body:
+                    self.store(s, outer)
+                continue
+            reduces = [s for s in loop.body if isinstance(s, ir.Reduce)]
+            for r in reduces:  # tile accumulators
+                init = _identity(r.reduction_type, _value_dtype(r))
+                lines.append(f"    {r.name}_acc = tl.full([XBLOCK, RBLOCK], {init}, {_tile_dtype(r)})")
+                if r.reduction_type in ("argmax", "argmin"):
+                    lines.append(f"    {r.name}_idx = tl.full([XBLOCK, RBLOCK], {2 ** 62}, tl.int64)")
+            lines += ["    for roffset in range(0, rnumel, RBLOCK):", "        rindex = roffset + rbase",
+                      "        rmask = rindex < rnumel", "        xrmask = xmask & rmask"]
+            lines += self._rvars("        ")
+            inner = _Context("[XBLOCK, RBLOCK]", "xrmask", "rzero", _Scope(outer.scope), lines, "        ")
+            for s in loop.body:
+                if isinstance(s, ir.Reduce):
+                    tile, index = self.reduce_value(s, inner)
+                    self._accumulate(s, tile, index, inner)
+                else:
+                    self.store(s, inner)
+            for r in reduces:
+                index = f"{r.name}_idx" if r.reduction_type in ("argmax", "argmin") else None
+                self.reduced[r.name] = self.finish_reduce(r, f"{r.name}_acc", index, outer)
+        return "\n".join(lines)
+
+    def _accumulate(self, r: ir.Reduce, tile: str, index: str | None, ctx: _Context) -> None:
+        acc, t, ind = f"{r.name}_acc", r.reduction_type, ctx.indent
+        if t == "sum":
+            ctx.lines.append(f"{ind}{acc} = {acc} + {tile}")
+        elif t == "prod":
+            ctx.lines.append(f"{ind}{acc} = {acc} * {tile}")
+        elif t in ("max", "min"):
+            ctx.lines.append(f"{ind}{acc} = kiln_{t}imum({acc}, {tile})")
+        elif t == "any":
+            ctx.lines.append(f"{ind}{acc} = tl.maximum({acc}, {tile})")
+        elif t == "all":
+            ctx.lines.append(f"{ind}{acc} = tl.minimum({acc}, {tile})")
+        elif t in ("argmax", "argmin"):
+            ctx.lines.append(f"{ind}{acc}, {r.name}_idx = kiln_{t}({acc}, {r.name}_idx, {tile}, {index}.to(tl.int64))")
+        else:
+            raise NotImplementedError(f"Triton kernels: reduction {t!r}")
+
+    def render_launcher(self) -> str:
+        k = self.k
+        names = [b.name for b in k.buffers]
+        sizes = [str(s) for s in k.size_args]
+        from ..printers import pexpr
+
+        lines = [f"def {k.name}_launch({', '.join(names + sizes)}):",
+                 f"    xnumel = {pexpr(k.numel)}"]
+        args = ", ".join(names + sizes)
+        if k.reduction_ranges:
+            lines += [f"    rnumel = {pexpr(k.reduction_numel)}",
+                      "    if xnumel <= 0:", "        return",
+                      f"    idx64 = _rt.needs_int64(xnumel * max(rnumel, 1), {', '.join(names)})",
+                      "    persistent, XBLOCK, RBLOCK, warps = _rt.reduction_config(xnumel, rnumel, INTERPRET)",
+                      "    grid = ((xnumel + XBLOCK - 1) // XBLOCK,)",
+                      "    if persistent:",
+                      f"        {k.name}_persistent[grid]({args}, xnumel, rnumel, XBLOCK=XBLOCK, RBLOCK=RBLOCK, IDX64=idx64, num_warps=warps)",
+                      "    else:",
+                      f"        {k.name}_looped[grid]({args}, xnumel, rnumel, XBLOCK=XBLOCK, RBLOCK=RBLOCK, IDX64=idx64, num_warps=warps)"]
+        else:
+            lines += ["    if xnumel <= 0:", "        return",
+                      f"    idx64 = _rt.needs_int64(xnumel, {', '.join(names)})",
+                      "    XBLOCK, warps = _rt.pointwise_config(xnumel, INTERPRET)",
+                      f"    {k.name}[((xnumel + XBLOCK - 1) // XBLOCK,)]({args}, xnumel, XBLOCK=XBLOCK, IDX64=idx64, num_warps=warps)"]
+        return "\n".join(lines)
+
+    def render(self) -> str:
+        """Source of the kernel's jit function(s) and its launcher ``<name>_launch``."""
+        if self.k.reduction_ranges:
+            parts = [self.render_persistent(), self.render_looped()]
+        else:
+            parts = [self.render_pointwise()]
+        return "\n\n\n".join(parts + [self.render_launcher()])
