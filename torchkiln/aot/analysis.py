@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 import torch
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .functional import (
     from_fun,
@@ -128,6 +129,27 @@ def _view_base(o):
     return None
 
 
+class _LeafInplaceCheck(TorchDispatchMode):
+    """Raise eager's error for an in-place op (``add_``, ``set_``, ``copy_``...), with grad
+    enabled, on an input that is a leaf requiring grad or a view of one.  Functional
+    tensors do not carry that check, so this mode sits above the functionalization."""
+
+    def __init__(self, leaves):
+        super().__init__()
+        self.leaves = leaves
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        schema_args = func._schema.arguments
+        writes_self = bool(schema_args) and schema_args[0].alias_info is not None and schema_args[0].alias_info.is_write
+        if writes_self and torch.is_grad_enabled() and args and isinstance(args[0], torch.Tensor):
+            t = args[0]
+            if any(t is leaf for leaf in self.leaves):
+                raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+            if t._is_view() and any(t._base is leaf for leaf in self.leaves):
+                raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
+        return func(*args, **(kwargs or {}))
+
+
 def run_analysis(fn: Callable, fake_args: list) -> ViewAndMutationMeta:
     """Run ``fn(*fake_args)`` under functionalization and classify inputs and outputs.
 
@@ -139,7 +161,10 @@ def run_analysis(fn: Callable, fake_args: list) -> ViewAndMutationMeta:
     try:
         with FunctionalTensorMode():
             f_args = [to_fun(a) for a in fake_args]
-            outs = list(fn(*f_args))
+            leaves = [fa for a, fa in zip(fake_args, f_args)
+                      if isinstance(a, torch.Tensor) and a.is_leaf and a.requires_grad]
+            with _LeafInplaceCheck(leaves):
+                outs = list(fn(*f_args))
             grad_after = torch.is_grad_enabled()
             inputs = []
             for a, fa in zip(fake_args, f_args):

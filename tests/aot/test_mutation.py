@@ -1,0 +1,138 @@
+"""Input mutations: detected by the analysis, functionalized in the graph, written back
+by the runtime wrapper so that inputs look as they do after eager."""
+import pytest
+import torch
+
+from torchkiln.aot import aot_function, nop
+
+from ._helpers import GraphRecorder, check
+
+
+def test_data_mutation_of_plain_input():
+    def f(x, y):
+        x.mul_(2)
+        return x + y
+
+    check(f, lambda: [torch.ones(3), torch.randn(3, requires_grad=True)])
+
+
+def test_mutation_under_no_grad_of_parameter():
+    def f(p, y):
+        with torch.no_grad():
+            p.add_(y)
+        return y * p
+
+    _, _, ref_args, res_args = check(f, lambda: [torch.nn.Parameter(torch.randn(4)), torch.randn(4, requires_grad=True)])
+    assert res_args[0].is_leaf and res_args[0].grad_fn is None
+
+
+def test_mutation_with_grad_of_non_leaf_input():
+    def make():
+        a = torch.randn(3, requires_grad=True)
+        return [a * 1, torch.randn(3, requires_grad=True), a]
+
+    def f(x, w, a):
+        x.mul_(w)
+        return x * w
+
+    ref, res, ref_args, res_args = check(f, make, roots=lambda args: [args[1], args[2]])
+    assert res_args[0].grad_fn is not None  # the input's history now includes the mutation
+
+
+def test_mutation_makes_input_require_grad():
+    def f(x, w):
+        x.add_(w)
+        return x.sin()
+
+    _, _, ref_args, res_args = check(f, lambda: [torch.zeros(3), torch.randn(3, requires_grad=True)])
+    assert res_args[0].requires_grad
+
+
+def test_writes_through_expanded_view():
+    def f(x):
+        y = x.expand(3, *x.shape)
+        y[0, 0].add_(5)
+        return y
+
+    check(f, lambda: [torch.arange(6)], backward=False)
+
+
+def test_writes_through_expanded_view_backward():
+    def f(x, z):
+        y = x.expand(3, *x.shape)
+        y[1, 1].mul_(5)
+        return y * z
+
+    check(f, lambda: [torch.arange(6, dtype=torch.float), torch.arange(6, dtype=torch.float).requires_grad_()])
+
+
+def test_slice_assignment_into_input():
+    def f(stack, scores):
+        stack[:, :-1, :, 4:] = scores[:, :, :4, :5]
+        return (stack.view(1, 12, 8, 9),)
+
+    check(f, lambda: [torch.randn(12, 2, 4, 9), torch.randn(12, 1, 8, 9)], backward=False)
+
+
+def test_metadata_mutation():
+    def f(x):
+        x.t_()
+        return x + 1
+
+    _, _, ref_args, res_args = check(f, lambda: [torch.randn(2, 3)], backward=False)
+    assert res_args[0].shape == (3, 2) and res_args[0].stride() == ref_args[0].stride()
+
+
+def test_set_storage_mutation():
+    def f(x, y):
+        x.set_(y * 2)
+        return x + 1
+
+    _, _, ref_args, res_args = check(f, lambda: [torch.randn(2), torch.randn(5)], backward=False)
+    assert res_args[0].shape == (5,)
+
+
+def test_in_place_on_leaf_requiring_grad_raises_like_eager():
+    def f(x):
+        x.add_(1)
+        return x
+
+    with pytest.raises(RuntimeError, match="is being used in an in-place operation"):
+        f(torch.ones(2, requires_grad=True))
+    with pytest.raises(RuntimeError, match="is being used in an in-place operation"):
+        aot_function(f, nop)(torch.ones(2, requires_grad=True))
+
+
+def test_set_on_leaf_requiring_grad_raises_like_eager():
+    def f(x):
+        x.set_(torch.ones(2))
+
+    with pytest.raises(RuntimeError, match="is being used in an in-place operation"):
+        aot_function(lambda x: (f(x), x * 1)[1], nop)(torch.ones(2, requires_grad=True))
+
+
+def test_keep_inference_input_mutations_puts_copy_in_graph():
+    rec = GraphRecorder()
+
+    def f(x):
+        x.mul_(3)
+        return x.sin()
+
+    g = aot_function(f, rec, keep_inference_input_mutations=True)
+    x, x_ref = torch.randn(4), None
+    x_ref = x.clone()
+    out = g(x)
+    torch.testing.assert_close(out, f(x_ref))
+    torch.testing.assert_close(x, x_ref)
+    targets = [n.target for n in rec.graphs[0].graph.nodes if n.op == "call_function"]
+    assert torch.ops.aten.copy_.default in targets
+    assert len(out.shape) == 1 and not isinstance(out, (list, tuple))
+
+
+def test_mutated_input_is_returned():
+    def f(x):
+        x.add_(1)
+        return x
+
+    _, res, _, res_args = check(f, lambda: [torch.randn(3)], backward=False)
+    assert res is res_args[0]
