@@ -106,8 +106,10 @@ def _bench(args, console) -> int:
         def on_row(row):
             progress.advance(task)
             detail = row.get("error") or ""
+            if row["status"] == "ok":
+                detail = f"{row.get('speedup', 0):.2f}x, compile {row.get('compile_cold_s', 0):.1f} s"
             progress.console.print(f"{row['model']} {row['mode']}: {row['status']} {detail}".rstrip(),
-                                   markup=False, highlight=False)
+                                   markup=False, highlight=False, soft_wrap=True)
 
         rows = run_suite(models, modes, opts, args.timeout, on_row=on_row, on_start=on_start)
     elapsed = time.perf_counter() - start
