@@ -60,6 +60,7 @@ class OutputInfo:
     requires_grad: bool = False
     is_tensor: bool = True
     fake: object = None  # the fake value, for sizes/strides of regenerated views
+    view_without_grad_fn: bool = False  # a view made under no_grad: no autograd history
 
     @property
     def differentiable(self) -> bool:
@@ -198,6 +199,7 @@ def _classify(o, outs, f_args, bases) -> OutputInfo:
         return OutputInfo(PLAIN, is_tensor=False, fake=o)
     fake = from_fun(o)
     rg = o.requires_grad
+    no_history = o._is_view() and o.grad_fn is None
     for i, a in enumerate(f_args):
         if o is a:
             return OutputInfo(IS_INPUT, i, rg, fake=fake)
@@ -206,11 +208,11 @@ def _classify(o, outs, f_args, bases) -> OutputInfo:
         return OutputInfo(PLAIN, requires_grad=rg, fake=fake)
     for i, a in enumerate(f_args):
         if base is a:
-            return OutputInfo(ALIAS_OF_INPUT, i, rg, fake=fake)
+            return OutputInfo(ALIAS_OF_INPUT, i, rg, fake=fake, view_without_grad_fn=no_history)
     for k, p in enumerate(outs):
         if base is p:
-            return OutputInfo(ALIAS_OF_OUTPUT, k, rg, fake=fake)
+            return OutputInfo(ALIAS_OF_OUTPUT, k, rg, fake=fake, view_without_grad_fn=no_history)
     for k, b in enumerate(bases):
         if base is b:
-            return OutputInfo(ALIAS_OF_INTERMEDIATE, k, rg, fake=fake)
+            return OutputInfo(ALIAS_OF_INTERMEDIATE, k, rg, fake=fake, view_without_grad_fn=no_history)
     raise AssertionError("unreachable: every view base is an input, an output or a collected base")

@@ -111,9 +111,10 @@ def _view_metadata(base: torch.Tensor, graph_out: torch.Tensor, fake):
     return graph_out.size(), graph_out.stride(), graph_out.storage_offset()
 
 
-def regenerate_view(base: torch.Tensor, graph_out: torch.Tensor, fake, requires_grad: bool) -> torch.Tensor:
+def regenerate_view(base: torch.Tensor, graph_out: torch.Tensor, info, fake) -> torch.Tensor:
+    """``base.as_strided(...)``: made under ``no_grad`` when eager's view had no history."""
     size, stride, offset = _view_metadata(base, graph_out, fake)
-    ctx = contextlib.nullcontext() if requires_grad else torch.no_grad()
+    ctx = contextlib.nullcontext() if info.requires_grad and not info.view_without_grad_fn else torch.no_grad()
     with ctx:
         return base.as_strided(size, stride, offset)
 
@@ -155,11 +156,11 @@ def finish_call(args: list, fw_outs: list, meta: ViewAndMutationMeta, returned_m
         if info.kind == IS_INPUT:
             o = args[info.base_index]
         elif info.kind == ALIAS_OF_INPUT:
-            o = regenerate_view(args[info.base_index], o, fakes[offset + k], info.requires_grad)
+            o = regenerate_view(args[info.base_index], o, info, fakes[offset + k])
         elif info.kind == ALIAS_OF_OUTPUT:
-            o = regenerate_view(user[info.base_index], o, fakes[offset + k], info.requires_grad)
+            o = regenerate_view(user[info.base_index], o, info, fakes[offset + k])
         elif info.kind == ALIAS_OF_INTERMEDIATE:
-            o = regenerate_view(bases[info.base_index], o, fakes[offset + k], info.requires_grad)
+            o = regenerate_view(bases[info.base_index], o, info, fakes[offset + k])
         results.append(o)
     if meta.grad_enabled_after is not None:
         torch._C._set_grad_enabled(meta.grad_enabled_after)
