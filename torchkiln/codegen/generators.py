@@ -29,6 +29,8 @@ class KernelGenerator:
     wrapper, where ``args`` are the wrapper variable names of ``kernel.call_args()``
     (tensors for buffers, Python ints for size symbols).
     ``source()`` returns the generated kernel source, for ``TORCHKILN_LOGS=output_code``.
+    ``prologue(kernels)`` (optional) returns Python statements run at the start of
+    every wrapper call (the C++ generator syncs its thread count there).
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -42,6 +44,9 @@ class KernelGenerator:
 
     def source(self) -> str:
         raise NotImplementedError
+
+    def prologue(self, kernels: list) -> list[str]:
+        return []
 
 
 def generator_name(device: torch.device) -> str:

@@ -1,0 +1,143 @@
+"""Entry points: ``compile_fx`` (the "inductor" backend) and ``compile_fx_inner``.
+
+``compile_fx_inner(gm, example_inputs)`` compiles one ATen graph (lowering →
+scheduling → kernels → wrapper).  ``compile_fx(gm, example_inputs)`` is the backend
+``torchkiln.compile`` calls with a torch-level graph: AOT autograd with the
+decompositions of :mod:`.decompositions`, then ``compile_fx_inner`` for the forward
+and the backward graph.  Mirrors ``torch._inductor.compile_fx``.  Any failure while
+compiling falls back to running the graph eagerly, with one warning.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from ..utils.logging import get_artifact_logger
+from . import config, metrics
+from .generators import get_generator
+from .graph import GraphLowering
+from .nodes import Buffer, ExternKernel, ReinterpretView
+from .scheduler import Scheduler, finalize
+from .wrapper import WrapperCodegen
+
+output_code_log = get_artifact_logger("output_code")
+_warned: set = set()
+
+
+class CompiledGraph:
+    """The compiled callable: ``compiled(*args) -> tuple`` of the graph's outputs.
+
+    ``source`` is the wrapper's Python source and ``kernel_source`` the kernels'.
+    """
+
+    def __init__(self, fn, source: str, kernel_source: str, kernels: list) -> None:
+        self.current_callable = fn
+        self.source = source
+        self.kernel_source = kernel_source
+        self.kernels = kernels
+        self.__call__ = fn
+
+    def __call__(self, *args):
+        return self.current_callable(*args)
+
+
+def _device_of(graph: GraphLowering) -> torch.device:
+    devices = {b.device for b in graph.buffers.values() if b.layout is not None}
+    if not devices:
+        return torch.device("cpu")
+    if len(devices) > 1:
+        cpu_scalars = {d for d in devices if d.type == "cpu"}
+        devices = devices - cpu_scalars or devices
+        if len(devices) > 1:
+            raise NotImplementedError(f"graph spans several devices: {devices}")
+    return next(iter(devices))
+
+
+def _needed_outside_kernels(graph, entries) -> set:
+    needed = set()
+
+    def walk(a):
+        if isinstance(a, (Buffer, ReinterpretView)):
+            needed.add(a.name)
+        elif isinstance(a, (list, tuple)):
+            for b in a:
+                walk(b)
+
+    for e in entries:
+        if isinstance(e, ExternKernel):
+            walk(e.args)
+            walk(list(e.kwargs.values()))
+    walk(graph.outputs)
+    return needed
+
+
+def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """Compile one ATen-level graph (nodes carry ``meta["val"]``) into a callable.
+
+    The callable takes the placeholders' real values positionally and returns a tuple
+    of the graph's outputs.  Never raises for an unsupported graph: it warns once and
+    returns ``gm.forward`` (eager ATen) instead.
+    """
+    try:
+        compiled = _compile(gm, example_inputs)
+    except Exception as e:  # any failure: a correct (eager) result, never a wrong one
+        if config.debug:
+            raise
+        metrics.eager_fallbacks += 1
+        key = f"{type(e).__name__}: {e}"[:200]
+        if key not in _warned:
+            _warned.add(key)
+            warnings.warn(f"torchkiln codegen fell back to eager for a graph: {key}")
+        return _eager(gm)
+    metrics.graphs_compiled += 1
+    return compiled
+
+
+def _eager(gm):
+    def run(*args):
+        out = gm(*args)
+        return out if isinstance(out, (tuple, list)) else (out,)
+
+    return run
+
+
+def _compile(gm, example_inputs) -> CompiledGraph:
+    graph = GraphLowering(gm, example_inputs).run()
+    scheduler = Scheduler(graph).run()
+    device = _device_of(graph)
+    needed = _needed_outside_kernels(graph, scheduler.entries)
+    entries = finalize(scheduler.entries, needed, graph, device)
+    kernels = [e for e in entries if isinstance(e, type(entries[0]))] if False else \
+        [e for e in entries if not isinstance(e, Buffer)]
+    generator = get_generator(device)
+    objects = generator.compile_kernels(kernels)
+    source, globals_ = WrapperCodegen(graph, entries, generator, objects).generate()
+    code = compile(source, f"<torchkiln wrapper {id(gm):x}>", "exec")
+    exec(code, globals_)
+    metrics.generated_kernel_count += len(kernels)
+    metrics.extern_kernel_count += sum(1 for e in entries if isinstance(e, ExternKernel))
+    kernel_source = generator.source()
+    if output_code_log.isEnabledFor(10):
+        output_code_log.debug("wrapper:\n%s\nkernels:\n%s", source, kernel_source)
+    return CompiledGraph(globals_["call"], source, kernel_source, kernels)
+
+
+def compile_fx(gm: torch.fx.GraphModule, example_inputs):
+    """The "inductor" backend: AOT autograd + ``compile_fx_inner`` for forward and backward.
+
+    Takes a torch-level graph from capture and its real example inputs; returns a
+    callable with the same signature as ``gm``.  Falls back to ``gm.forward`` with a
+    warning if AOT autograd itself fails.
+    """
+    from ..aot import aot_module_simplified
+    from .decompositions import decompositions
+
+    try:
+        return aot_module_simplified(gm, example_inputs, fw_compiler=compile_fx_inner,
+                                     bw_compiler=compile_fx_inner, decompositions=decompositions())
+    except Exception as e:
+        if config.debug:
+            raise
+        warnings.warn(f"torchkiln inductor backend fell back to eager: {type(e).__name__}: {e}")
+        return gm.forward

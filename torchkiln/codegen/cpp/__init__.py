@@ -1,0 +1,60 @@
+"""The C++/OpenMP kernel generator for CPU tensors: one translation unit per graph."""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from .. import config
+from ..generators import KernelGenerator
+from .build import build
+from .kernel import render_kernel
+from .prelude import PRELUDE
+
+
+class CppGenerator(KernelGenerator):
+    """Renders every kernel of a graph into one C++ file, builds (or loads) the .so.
+
+    Each kernel is called through a ctypes function whose argtypes are set once, with
+    ``tensor.data_ptr()`` ints and Python ints, so a launch costs about a microsecond.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self._source = ""
+
+    def compile_kernels(self, kernels: list) -> dict:
+        parts = [PRELUDE] + [render_kernel(k) for k in kernels]
+        self._source = "\n\n".join(parts) + "\n"
+        if not kernels:
+            return {}
+        lib, _ = build(self._source)
+        out = {}
+        for k in kernels:
+            fn = getattr(lib, k.name)
+            fn.argtypes = [ctypes.c_void_p] * len(k.buffers) + [ctypes.c_int64] * len(k.size_args)
+            fn.restype = None
+            out[k.name] = fn
+        setter = lib.kiln_set_num_threads
+        setter.argtypes = [ctypes.c_int]
+        state = [0]
+
+        def sync_threads():
+            n = config.cpp_threads or torch.get_num_threads()
+            if n != state[0]:
+                setter(n)
+                state[0] = n
+
+        out["_kiln_sync_threads"] = sync_threads
+        return out
+
+    def prologue(self, kernels: list) -> list[str]:
+        return ["_kiln_sync_threads()"] if kernels else []
+
+    def call(self, kernel, args: list[str]) -> str:
+        nbuf = len(kernel.buffers)
+        parts = [f"{a}.data_ptr()" for a in args[:nbuf]] + list(args[nbuf:])
+        return f"{kernel.name}({', '.join(parts)})"
+
+    def source(self) -> str:
+        return self._source

@@ -1,0 +1,355 @@
+"""C++ source of one FusedKernel: OpenMP-parallel outer loops, ``omp simd`` inner loops.
+
+Every value is computed into a named local (common subexpressions once per scope);
+float16/bfloat16 are loaded as float and rounded on store.  Reductions accumulate in
+the ``Reduce.dtype`` accumulator with ``omp simd reduction`` clauses where the
+accumulation is associative (sum, prod, any, all; max/min with a separate NaN flag);
+argmax/argmin run a scalar compare loop (first extreme wins, NaN counts as extreme).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import config
+from ..ir import (
+    Constant, FusedKernel, IndexValue, Load, Masked, Op, Reduce, ReductionValue, Store,
+)
+from ..printers import cexpr
+
+CTYPES = {
+    torch.float32: "float", torch.float64: "double", torch.float16: "uint16_t", torch.bfloat16: "uint16_t",
+    torch.int64: "int64_t", torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",
+    torch.uint8: "uint8_t", torch.bool: "bool",
+}
+
+
+def ctype(dtype: torch.dtype) -> str:
+    """C type of a buffer element."""
+    if dtype not in CTYPES:
+        raise NotImplementedError(f"C++ kernels do not support {dtype}")
+    return CTYPES[dtype]
+
+
+def vtype(dtype: torch.dtype) -> str:
+    """C type a value of ``dtype`` is computed in (float for half and bfloat16)."""
+    return "float" if dtype in (torch.float16, torch.bfloat16) else ctype(dtype)
+
+
+def literal(value, dtype: torch.dtype) -> str:
+    t = vtype(dtype)
+    if dtype == torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        v = float(value)
+        if math.isnan(v):
+            return f"std::numeric_limits<{t}>::quiet_NaN()"
+        if math.isinf(v):
+            return ("-" if v < 0 else "") + f"std::numeric_limits<{t}>::infinity()"
+        return f"static_cast<{t}>({v!r})"
+    return f"static_cast<{t}>({int(value)}LL)"
+
+
+_UNARY = {
+    "neg": "(-{0})", "exp": "std::exp({0})", "exp2": "std::exp2({0})", "expm1": "std::expm1({0})",
+    "log": "std::log({0})", "log2": "std::log2({0})", "log10": "std::log10({0})", "log1p": "std::log1p({0})",
+    "sqrt": "std::sqrt({0})", "sin": "std::sin({0})", "cos": "std::cos({0})", "tan": "std::tan({0})",
+    "asin": "std::asin({0})", "acos": "std::acos({0})", "atan": "std::atan({0})", "sinh": "std::sinh({0})",
+    "cosh": "std::cosh({0})", "tanh": "std::tanh({0})", "asinh": "std::asinh({0})", "acosh": "std::acosh({0})",
+    "atanh": "std::atanh({0})", "erf": "std::erf({0})", "erfc": "std::erfc({0})", "floor": "std::floor({0})",
+    "ceil": "std::ceil({0})", "round": "std::nearbyint({0})", "trunc": "std::trunc({0})",
+    "signbit": "std::signbit({0})", "isnan": "({0} != {0})", "isinf": "std::isinf({0})",
+    "isfinite": "std::isfinite({0})", "logical_not": "(!{0})", "lgamma": "std::lgamma({0})",
+    "sign": "kiln_sign({0})", "sigmoid": "kiln_sigmoid({0})",
+}
+_BINARY = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})",
+    "atan2": "std::atan2({0}, {1})", "maximum": "kiln_maximum({0}, {1})", "minimum": "kiln_minimum({0}, {1})",
+    "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})",
+    "ge": "({0} >= {1})", "logical_and": "({0} && {1})", "logical_or": "({0} || {1})",
+    "logical_xor": "({0} != {1})", "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})",
+    "bitwise_xor": "({0} ^ {1})", "lshift": "({0} << {1})", "rshift": "({0} >> {1})",
+    "copysign": "std::copysign({0}, {1})", "hypot": "std::hypot({0}, {1})",
+}
+
+
+class Scope:
+    """Emitted lines plus the CSE table of one C++ block (children see parents' names)."""
+
+    def __init__(self, parent=None, indent="") -> None:
+        self.parent = parent
+        self.lines: list[str] = []
+        self.names: dict = {}
+        self.indent = indent
+
+    def lookup(self, value):
+        scope = self
+        while scope is not None:
+            if value in scope.names:
+                return scope.names[value]
+            scope = scope.parent
+        return None
+
+
+class CppKernel:
+    """Renders one :class:`FusedKernel` as an ``extern "C"`` function."""
+
+    def __init__(self, kernel: FusedKernel) -> None:
+        self.k = kernel
+        self.counter = 0
+        self.dtypes = {b.name: b.dtype for b in kernel.buffers}
+        self.reductions: dict[str, str] = {}
+        self.serial = any(isinstance(s, Store) and (s.mode or s.indirect) for lp in kernel.loops for s in lp.body)
+
+    def tmp(self) -> str:
+        self.counter += 1
+        return f"t{self.counter}"
+
+    # ---- values
+    def emit(self, value, scope: Scope) -> str:
+        name = scope.lookup(value)
+        if name is not None:
+            return name
+        if isinstance(value, Constant):
+            return literal(value.value, value.dtype)
+        if isinstance(value, ReductionValue):
+            return self.reductions[value.name]
+        expr = self._expr(value, scope)
+        name = self.tmp()
+        scope.lines.append(f"{scope.indent}{vtype(value.dtype)} {name} = {expr};")
+        scope.names[value] = name
+        return name
+
+    def _index(self, index, indirect, scope) -> str:
+        for ind in indirect:
+            sym = str(ind.symbol)
+            if scope.lookup(("indirect", sym)) is None:
+                v = self.emit(ind.value, scope)
+                size = cexpr(ind.size)
+                scope.lines.append(f"{scope.indent}int64_t {sym} = {v} < 0 ? {v} + {size} : {v};")
+                scope.names[("indirect", sym)] = sym
+        return cexpr(index)
+
+    def _expr(self, value, scope) -> str:
+        if isinstance(value, Load):
+            ref = f"{value.buffer}[{self._index(value.index, value.indirect, scope)}]"
+            if value.dtype == torch.float16:
+                return f"kiln_h2f({ref})"
+            if value.dtype == torch.bfloat16:
+                return f"kiln_bf2f({ref})"
+            return ref
+        if isinstance(value, IndexValue):
+            return f"static_cast<{vtype(value.dtype)}>({cexpr(value.expr)})"
+        if isinstance(value, Masked):
+            name = self.tmp()
+            scope.lines.append(f"{scope.indent}{vtype(value.dtype)} {name} = {literal(value.other, value.dtype) if not isinstance(value.other, Constant) else literal(value.other.value, value.dtype)};")
+            mask = self.emit(value.mask, scope)
+            scope.lines.append(f"{scope.indent}if ({mask}) {{")
+            inner = Scope(scope, scope.indent + "  ")
+            body = self.emit(value.body, inner)
+            scope.lines.extend(inner.lines)
+            scope.lines.append(f"{scope.indent}  {name} = {body};")
+            scope.lines.append(f"{scope.indent}}}")
+            return name
+        if isinstance(value, Op):
+            return self._op(value, [self.emit(a, scope) for a in value.args])
+        raise NotImplementedError(f"cannot emit {value!r}")
+
+    def _op(self, op: Op, args: list[str]) -> str:
+        name, dt = op.name, op.dtype
+        adt = op.args[0].dtype if op.args else dt
+        floating = adt.is_floating_point
+        if name == "to_dtype":
+            src = op.args[0].dtype
+            if dt == torch.bool:
+                return f"({args[0]} != 0)"
+            if dt == torch.float16:
+                return f"kiln_round_half(static_cast<float>({args[0]}))"
+            if dt == torch.bfloat16:
+                return f"kiln_round_bf16(static_cast<float>({args[0]}))"
+            if src in (torch.float16, torch.bfloat16) and not dt.is_floating_point:
+                return f"static_cast<{vtype(dt)}>({args[0]})"
+            return f"static_cast<{vtype(dt)}>({args[0]})"
+        if name == "where":
+            return f"({args[0]} ? {args[1]} : {args[2]})"
+        if name == "abs":
+            return f"std::abs({args[0]})" if floating else f"kiln_abs({args[0]})"
+        if name == "relu":
+            return f"({args[0]} < 0 ? static_cast<{vtype(dt)}>(0) : {args[0]})"
+        if name == "rsqrt":
+            return f"(static_cast<{vtype(dt)}>(1) / std::sqrt({args[0]}))"
+        if name == "reciprocal":
+            return f"(static_cast<{vtype(dt)}>(1) / {args[0]})"
+        if name == "bitwise_not":
+            return f"(!{args[0]})" if adt == torch.bool else f"(~{args[0]})"
+        if name == "floordiv":
+            return f"std::floor({args[0]} / {args[1]})" if floating else f"kiln_floordiv({args[0]}, {args[1]})"
+        if name == "truncdiv":
+            return f"std::trunc({args[0]} / {args[1]})" if floating else f"({args[0]} / {args[1]})"
+        if name == "remainder":
+            return f"kiln_fremainder({args[0]}, {args[1]})" if floating else f"kiln_mod({args[0]}, {args[1]})"
+        if name == "fmod":
+            return f"std::fmod({args[0]}, {args[1]})" if floating else f"({args[0]} % {args[1]})"
+        if name == "pow":
+            return f"std::pow({args[0]}, {args[1]})" if floating else f"kiln_ipow({args[0]}, {args[1]})"
+        if name in ("maximum", "minimum") and not floating:
+            return f"std::{name[:3]}<{vtype(dt)}>({args[0]}, {args[1]})"
+        if name in _UNARY:
+            return _UNARY[name].format(*args)
+        if name in _BINARY:
+            return _BINARY[name].format(*args)
+        raise NotImplementedError(f"C++ kernels: no op {name}")
+
+    def _store(self, st: Store, scope: Scope) -> None:
+        v = self.emit(st.value, scope)
+        dt = self.dtypes[st.buffer]
+        if dt == torch.float16:
+            v = f"kiln_f2h({v})"
+        elif dt == torch.bfloat16:
+            v = f"kiln_f2bf({v})"
+        else:
+            v = f"static_cast<{ctype(dt)}>({v})"
+        ref = f"{st.buffer}[{self._index(st.index, st.indirect, scope)}]"
+        if st.mode == "atomic_add":
+            if dt in (torch.float16, torch.bfloat16):
+                conv = "kiln_f2h" if dt == torch.float16 else "kiln_f2bf"
+                back = "kiln_h2f" if dt == torch.float16 else "kiln_bf2f"
+                scope.lines.append(f"{scope.indent}{ref} = {conv}({back}({ref}) + {self.emit(st.value, scope)});")
+            else:
+                scope.lines.append(f"{scope.indent}{ref} += {v};")
+        else:
+            scope.lines.append(f"{scope.indent}{ref} = {v};")
+
+    # ---- loops
+    def _loop_nest(self, vars_, ranges, indent, pragma=None):
+        lines = []
+        if pragma:
+            lines.append(f"{indent}{pragma}")
+        for v, r in zip(vars_, ranges):
+            lines.append(f"{indent}for (int64_t {v} = 0; {v} < {cexpr(r)}; {v}++) {{")
+            indent += "  "
+        return lines, indent
+
+    def render(self) -> str:
+        k = self.k
+        params = []
+        for b in k.buffers:
+            const = "" if b.stored else "const "
+            params.append(f"{const}{ctype(b.dtype)}* __restrict__ {b.name}")
+        params += [f"int64_t {s}" for s in k.size_args]
+        lines = [f'extern "C" void {k.name}({", ".join(params)}) {{']
+        work = cexpr(k.numel * k.reduction_numel) if k.reduction_ranges else cexpr(k.numel)
+        ranges = list(k.ranges)
+        xs = list(k.index_vars)
+        pure_pointwise = not k.reduction_ranges
+        parallel = "" if self.serial else (
+            f"#pragma omp parallel for if(kiln_threads > 1 && ({work}) >= {config.cpp_parallel_min_work}) "
+            f"num_threads(kiln_threads)")
+        if not ranges:
+            body_lines, indent = [], "  "
+        elif pure_pointwise and len(ranges) == 1:
+            pragma = parallel.replace("parallel for", "parallel for simd") if parallel else "#pragma omp simd"
+            body_lines, indent = self._loop_nest(xs, ranges, "  ", pragma)
+        elif pure_pointwise:
+            outer, inner = xs[:-1], xs[-1:]
+            pragma = f"{parallel} collapse({len(outer)})" if parallel and len(outer) > 1 else parallel
+            body_lines, indent = self._loop_nest(outer, ranges[:-1], "  ", pragma or None)
+            more, indent = self._loop_nest(inner, ranges[-1:], indent, "#pragma omp simd")
+            body_lines += more
+        else:
+            pragma = f"{parallel} collapse({len(xs)})" if parallel and len(xs) > 1 else parallel
+            body_lines, indent = self._loop_nest(xs, ranges, "  ", pragma or None)
+        lines += body_lines
+        scope = Scope(None, indent)
+        for loop in k.loops:
+            if loop.reduction:
+                self._reduction_loop(loop, scope)
+            else:
+                for st in loop.body:
+                    self._store(st, scope)
+        lines += scope.lines
+        n_open = sum(1 for line in body_lines if line.rstrip().endswith("{"))
+        for d in range(n_open, 0, -1):
+            lines.append("  " * d + "}")
+        lines.append("}")
+        return "\n".join(lines)
+
+    _INIT = {"sum": "0", "prod": "1", "any": "false", "all": "true"}
+    _CLAUSE = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}
+
+    def _reduction_loop(self, loop, scope: Scope) -> None:
+        k = self.k
+        ind = scope.indent
+        clauses, after = [], []
+        reduces = [s for s in loop.body if isinstance(s, Reduce)]
+        scalar = any(r.reduction_type in ("argmax", "argmin") for r in reduces) or self.serial
+        for r in reduces:
+            acc = f"{r.name}"
+            t = vtype(r.dtype)
+            rt = r.reduction_type
+            if rt in self._INIT:
+                scope.lines.append(f"{ind}{t} {acc} = static_cast<{t}>({self._INIT[rt]});")
+                clauses.append(f"reduction({self._CLAUSE[rt]}:{acc})")
+                self.reductions[r.name] = acc
+            elif rt in ("max", "min"):
+                vt = vtype(r.value.dtype)
+                init = ("-" if rt == "max" else "") + (f"std::numeric_limits<{vt}>::infinity()"
+                                                       if r.value.dtype.is_floating_point else "")
+                if not r.value.dtype.is_floating_point:
+                    init = f"std::numeric_limits<{vt}>::{'lowest' if rt == 'max' else 'max'}()"
+                scope.lines.append(f"{ind}{vt} {acc} = {init};")
+                scope.lines.append(f"{ind}int {acc}_nan = 0;")
+                clauses.append(f"reduction({rt}:{acc}) reduction(|:{acc}_nan)")
+                fin = f"{acc}_f"
+                after.append(f"{ind}{vt} {fin} = {acc}_nan ? std::numeric_limits<{vt}>::quiet_NaN() : {acc};")
+                self.reductions[r.name] = fin
+            else:
+                vt = vtype(r.value.dtype)
+                init = ("-" if rt == "argmax" else "") + f"std::numeric_limits<{vt}>::infinity()"
+                if not r.value.dtype.is_floating_point:
+                    init = f"std::numeric_limits<{vt}>::{'lowest' if rt == 'argmax' else 'max'}()"
+                scope.lines.append(f"{ind}{vt} {acc}_v = {init};")
+                scope.lines.append(f"{ind}int64_t {acc} = 0;")
+                scope.lines.append(f"{ind}bool {acc}_first = true;")
+                self.reductions[r.name] = acc
+        pragma = None if scalar else "#pragma omp simd " + " ".join(clauses)
+        if not scalar and len(k.reduction_vars) > 1:
+            pragma += f" collapse({len(k.reduction_vars)})"
+        loop_lines, indent = self._loop_nest(k.reduction_vars, k.reduction_ranges, ind, pragma)
+        scope.lines += loop_lines
+        inner = Scope(scope, indent)
+        for st in loop.body:
+            if isinstance(st, Store):
+                self._store(st, inner)
+                continue
+            v = self.emit(st.value, inner)
+            acc, rt = st.name, st.reduction_type
+            if rt == "sum":
+                inner.lines.append(f"{indent}{acc} += {v};")
+            elif rt == "prod":
+                inner.lines.append(f"{indent}{acc} *= {v};")
+            elif rt == "any":
+                inner.lines.append(f"{indent}{acc} = {acc} || {v};")
+            elif rt == "all":
+                inner.lines.append(f"{indent}{acc} = {acc} && {v};")
+            elif rt in ("max", "min"):
+                cmp = ">" if rt == "max" else "<"
+                inner.lines.append(f"{indent}{acc} = ({v} {cmp} {acc}) ? {v} : {acc};")
+                if st.value.dtype.is_floating_point:
+                    inner.lines.append(f"{indent}{acc}_nan |= ({v} != {v});")
+            else:
+                cmp = ">" if rt == "argmax" else "<"
+                nan = f" || ({v} != {v} && {acc}_v == {acc}_v)" if st.value.dtype.is_floating_point else ""
+                inner.lines.append(
+                    f"{indent}if ({acc}_first || ({v} {cmp} {acc}_v){nan}) {{ {acc}_v = {v}; {acc} = {cexpr(st.index)}; {acc}_first = false; }}")
+        scope.lines += inner.lines
+        n = len(k.reduction_vars)
+        for d in range(n, 0, -1):
+            scope.lines.append(ind + "  " * (d - 1) + "}")
+        scope.lines += after
+
+
+def render_kernel(kernel: FusedKernel) -> str:
+    return CppKernel(kernel).render()
+

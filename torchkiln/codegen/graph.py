@@ -1,0 +1,157 @@
+"""GraphLowering: run an ATen FX graph through the lowering table.
+
+Produces the ordered buffers (computed, extern), the graph inputs with the wrapper
+code that binds each size symbol, and the lowered outputs.  Mirrors
+``torch._inductor.graph.GraphLowering``.
+"""
+from __future__ import annotations
+
+import operator
+
+import sympy
+import torch
+
+from . import config, nodes
+from .lowering import fallback_handler, lowerings
+from .nodes import InputBuffer, Layout, Pointwise, Reduction, TensorBox, to_sympy
+
+
+class GraphLowering:
+    """Lowers ``gm``; after :meth:`run`, ``buffers`` (program order), ``inputs`` and
+    ``outputs`` describe the computation.  Raises on anything it cannot lower safely
+    (the caller falls back to eager)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs) -> None:
+        self.gm = gm
+        self.example_inputs = list(example_inputs)
+        self.buffers: dict[str, nodes.Buffer] = {}
+        self.inputs: list[tuple[str, object]] = []   # (placeholder name, InputBuffer | sympy expr | None)
+        self.symbol_sources: dict[sympy.Symbol, str] = {}
+        self.outputs: list = []
+        self.mutations: dict[str, str] = {}          # input name -> buffer holding its new value
+        self.current_node = None
+        self.shape_env = None
+        self._input_offsets: dict[str, sympy.Expr] = {}
+        self._counter = 0
+        self._indirect = 0
+
+    # ---- helpers used by lowerings
+    def register_buffer(self, make) -> nodes.Buffer:
+        name = f"buf{self._counter}"
+        self._counter += 1
+        buf = make(name)
+        self.buffers[name] = buf
+        return buf
+
+    def new_indirect_symbol(self) -> sympy.Symbol:
+        self._indirect += 1
+        return sympy.Symbol(f"i{self._indirect - 1}", integer=True)
+
+    def hint(self, expr: sympy.Expr) -> int:
+        expr = sympy.sympify(expr)
+        if not expr.free_symbols:
+            return int(expr) if expr.is_integer else float(expr)
+        if self.shape_env is None:
+            raise RuntimeError(f"no hint for {expr}")
+        value = expr.xreplace({s: sympy.Integer(v) for s, v in self.shape_env.var_to_val.items()})
+        return int(value) if value.is_integer else float(value)
+
+    def size_hints(self) -> dict:
+        if self.shape_env is None:
+            return {}
+        return {s: int(v) for s, v in self.shape_env.var_to_val.items()}
+
+    def layout_of(self, val: torch.Tensor) -> Layout:
+        return Layout([to_sympy(s) for s in val.shape], [to_sympy(s) for s in val.stride()],
+                      sympy.Integer(0), val.dtype, val.device)
+
+    def storage_offset_of(self, buf) -> sympy.Expr:
+        return self._input_offsets.get(buf.name, sympy.Integer(0))
+
+    # ---- the lowering pass
+    def run(self):
+        nodes._graph_stack.append(self)
+        try:
+            env = {}
+            for node in self.gm.graph.nodes:
+                self.current_node = node
+                env[node] = self._lower(node, env)
+        finally:
+            nodes._graph_stack.pop()
+        return self
+
+    def _note_shape_env(self, val):
+        if isinstance(val, torch.Tensor):
+            fake_mode = getattr(val, "fake_mode", None)
+            if fake_mode is not None and fake_mode.shape_env is not None:
+                self.shape_env = fake_mode.shape_env
+        elif isinstance(val, torch.SymInt):
+            self.shape_env = val.node.shape_env
+
+    def _lower(self, node, env):
+        val = node.meta.get("val")
+        if node.op == "placeholder":
+            return self._placeholder(node, val)
+        if node.op == "output":
+            outs = node.args[0]
+            self.outputs = [self._output(env[o] if isinstance(o, torch.fx.Node) else o, o) for o in outs]
+            return None
+        if node.op != "call_function":
+            raise NotImplementedError(f"cannot lower {node.op} nodes")
+        args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+        if node.target is operator.getitem and isinstance(args[0], (tuple, list)):
+            return args[0][args[1]]
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)) and not isinstance(val, torch.Tensor):
+            return to_sympy(val)
+        lower = lowerings.get(node.target)
+        result = lower(*args, **kwargs) if lower is not None else fallback_handler(*args, **kwargs)
+        if isinstance(result, TensorBox) and isinstance(val, torch.Tensor):
+            self._maybe_realize(result, node, val)
+        return result
+
+    def _placeholder(self, node, val):
+        if isinstance(val, torch.Tensor):
+            self._note_shape_env(val)
+            buf = InputBuffer(node.name, self.layout_of(val))
+            self.buffers[node.name] = buf
+            self._input_offsets[node.name] = to_sympy(val.storage_offset())
+            self.inputs.append((node.name, buf))
+            for dim, (size, stride) in enumerate(zip(val.shape, val.stride())):
+                for what, s in (("size", size), ("stride", stride)):
+                    expr = to_sympy(s)
+                    if isinstance(expr, sympy.Symbol) and expr not in self.symbol_sources:
+                        self.symbol_sources[expr] = f"{node.name}.{what}({dim})"
+            return TensorBox(buf)
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            self._note_shape_env(val)
+            expr = to_sympy(val)
+            if isinstance(expr, sympy.Symbol) and expr not in self.symbol_sources:
+                self.symbol_sources[expr] = node.name
+            self.inputs.append((node.name, expr))
+            return expr
+        self.inputs.append((node.name, None))
+        return val
+
+    def _maybe_realize(self, box: TensorBox, node, val) -> None:
+        data = box.data
+        if isinstance(data, Reduction):
+            box.realize(self._dense_stride(val))
+        elif isinstance(data, Pointwise) and len(node.users) > 1 and data.num_ops() > config.realize_ops_threshold:
+            box.realize(self._dense_stride(val))
+
+    @staticmethod
+    def _dense_stride(val):
+        """The fake value's strides when they describe a dense, non-overlapping tensor."""
+        try:
+            if torch._prims_common.is_non_overlapping_and_dense(val):
+                return list(val.stride())
+        except Exception:
+            pass
+        return None
+
+    def _output(self, value, node):
+        if isinstance(value, TensorBox):
+            val = node.meta["val"]
+            return value.realize(self._dense_stride(val))
+        return value

@@ -1,0 +1,968 @@
+"""The lowering table: one small function per ATen op, producing ``nodes.TensorBox`` es.
+
+``lowerings[op](*args, **kwargs)`` receives the op's arguments with every FX node
+replaced by its lowered value (a TensorBox, a sympy expression for SymInts, or a
+Python constant).  The op's fake output (``out_val()``) gives the result's size, dtype
+and strides, so lowerings never re-derive ATen's shape rules.  The keys of
+``lowerings`` are the coverage list; any other op becomes an extern fallback
+(``fallback_handler``), counted in ``metrics.fallback_ops``.  Extern kernels that are
+the right choice on purpose (mm, convolution, sort...) are registered with
+:func:`register_extern` and not counted as fallbacks.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable
+
+import sympy
+import torch
+
+from . import ir
+from .ir import Constant, IndexValue, Masked, Op
+from .nodes import (
+    ExternKernel, Layout, MultiOutput, Pointwise, Reduction, ReinterpretView, TensorBox, View,
+    broadcast_loader, cast, compute_dtype, current_graph, loader_for, to_sympy,
+)
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+lowerings: dict = {}
+extern_ops: set = set()
+
+
+def register(*ops):
+    """Decorator: register a lowering for ops (an overload packet registers all overloads)."""
+
+    def wrap(fn):
+        for op in ops:
+            if isinstance(op, torch._ops.OpOverloadPacket):
+                for name in op.overloads():
+                    lowerings[getattr(op, name)] = fn
+            else:
+                lowerings[op] = fn
+        return fn
+
+    return wrap
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def out_val():
+    """The fake value of the node being lowered."""
+    return current_graph().current_node.meta["val"]
+
+
+def out_size() -> list:
+    return [to_sympy(s) for s in out_val().shape]
+
+
+def out_dtype() -> torch.dtype:
+    return out_val().dtype
+
+
+def device() -> torch.device:
+    val = out_val()
+    if isinstance(val, (tuple, list)):
+        val = next(v for v in val if isinstance(v, torch.Tensor))
+    return val.device
+
+
+def hint(expr) -> int:
+    """Example value of a size expression (the ShapeEnv guards the decisions made on it)."""
+    return current_graph().hint(to_sympy(expr))
+
+
+def pointwise(fn: Callable, *inputs, dtype=None, size=None) -> TensorBox:
+    """A Pointwise box of ``fn(*loaded values)`` over the output size."""
+    size = out_size() if size is None else size
+    loaders = [broadcast_loader(x, size) for x in inputs]
+    dtype = out_dtype() if dtype is None else dtype
+    return TensorBox(Pointwise(size, dtype, device(), lambda idx: cast(fn(*[ld(idx) for ld in loaders]), dtype)))
+
+
+def math_op(name: str, nargs: int = 1) -> Callable:
+    """Lowering of an elementwise ATen op computing ``name`` in the output's opmath dtype."""
+
+    def lower(*args, **kwargs):
+        tensors = list(args[:nargs])
+        odt = out_dtype()
+        if odt == torch.bool and name not in ("logical_not",):
+            cdt = _common_dtype(tensors)
+        else:
+            cdt = compute_dtype(odt)
+        return pointwise(lambda *vs: Op(name, tuple(cast(v, cdt) for v in vs), torch.bool if odt == torch.bool else cdt),
+                         *tensors)
+
+    return lower
+
+
+def _common_dtype(args) -> torch.dtype:
+    """The dtype ATen compares/combines mixed arguments in (``torch.result_type``)."""
+    node = current_graph().current_node
+    fakes = []
+    for a, orig in zip(args, node.args):
+        if isinstance(orig, torch.fx.Node):
+            fakes.append(orig.meta["val"])
+        else:
+            fakes.append(orig)
+    result = fakes[0]
+    if len(fakes) == 1:
+        dt = fakes[0].dtype if isinstance(fakes[0], torch.Tensor) else torch.tensor(fakes[0]).dtype
+        return compute_dtype(dt)
+    dt = torch.result_type(*fakes[:2]) if isinstance(result, torch.Tensor) or isinstance(fakes[1], torch.Tensor) else torch.float64
+    return compute_dtype(dt)
+
+
+UNARY = {
+    "neg": aten.neg, "abs": aten.abs, "exp": aten.exp, "exp2": aten.exp2, "expm1": aten.expm1,
+    "log": aten.log, "log2": aten.log2, "log10": aten.log10, "log1p": aten.log1p, "sqrt": aten.sqrt,
+    "rsqrt": aten.rsqrt, "sin": aten.sin, "cos": aten.cos, "tan": aten.tan, "asin": aten.asin,
+    "acos": aten.acos, "atan": aten.atan, "sinh": aten.sinh, "cosh": aten.cosh, "tanh": aten.tanh,
+    "asinh": aten.asinh, "acosh": aten.acosh, "atanh": aten.atanh, "erf": aten.erf, "erfc": aten.erfc,
+    "erfinv": aten.erfinv, "sigmoid": aten.sigmoid, "relu": aten.relu, "floor": aten.floor,
+    "ceil": aten.ceil, "trunc": aten.trunc, "sign": aten.sign, "signbit": aten.signbit,
+    "reciprocal": aten.reciprocal, "isnan": aten.isnan, "isinf": aten.isinf,
+    "logical_not": aten.logical_not, "bitwise_not": aten.bitwise_not, "lgamma": aten.lgamma,
+}
+BINARY = {
+    "mul": aten.mul, "atan2": aten.atan2, "maximum": aten.maximum, "minimum": aten.minimum,
+    "eq": aten.eq, "ne": aten.ne, "lt": aten.lt, "le": aten.le, "gt": aten.gt, "ge": aten.ge,
+    "logical_and": aten.logical_and, "logical_or": aten.logical_or, "logical_xor": aten.logical_xor,
+    "bitwise_and": aten.bitwise_and, "bitwise_or": aten.bitwise_or, "bitwise_xor": aten.bitwise_xor,
+    "lshift": aten.bitwise_left_shift, "rshift": aten.bitwise_right_shift, "copysign": aten.copysign,
+    "hypot": aten.hypot, "remainder": aten.remainder, "fmod": aten.fmod, "pow": aten.pow,
+}
+for _name, _op in UNARY.items():
+    register(_op)(math_op(_name, 1))
+for _name, _op in BINARY.items():
+    register(_op)(math_op(_name, 2))
+
+
+@register(aten.round.default)
+def round_(x):
+    return math_op("round", 1)(x)
+
+
+def _logical(name):
+    def lower(a, b):
+        cdt = _common_dtype([a, b])
+        return pointwise(lambda x, y: Op(name, (cast(x, torch.bool), cast(y, torch.bool)), torch.bool), a, b)
+    return lower
+
+
+for _name in ("logical_and", "logical_or", "logical_xor"):
+    register(getattr(aten, _name))(_logical(_name))
+
+
+@register(aten.logical_not)
+def logical_not(x):
+    return pointwise(lambda v: Op("logical_not", (cast(v, torch.bool),), torch.bool), x)
+
+
+@register(aten.isfinite)
+def isfinite(x):
+    if not x.dtype.is_floating_point:
+        return pointwise(lambda v: Constant(True, torch.bool), x)
+    return pointwise(lambda v: Op("isfinite", (cast(v, compute_dtype(v.dtype)),), torch.bool), x)
+
+
+@register(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
+def add_sub(a, b, alpha=1):
+    op = current_graph().current_node.target
+    name = "add" if op in (aten.add.Tensor, aten.add.Scalar) else "sub"
+    cdt = compute_dtype(out_dtype())
+
+    def fn(x, y):
+        y = cast(y, cdt)
+        if alpha != 1:
+            y = Op("mul", (y, cast(loader_for(alpha)([]), cdt)), cdt)
+        return Op(name, (cast(x, cdt), y), cdt)
+
+    return pointwise(fn, a, b)
+
+
+@register(aten.rsub.Scalar, aten.rsub.Tensor)
+def rsub(a, b, alpha=1):
+    cdt = compute_dtype(out_dtype())
+    return pointwise(lambda x, y: Op("sub", (cast(y, cdt), Op("mul", (cast(x, cdt), cast(loader_for(alpha)([]), cdt)), cdt)), cdt), a, b)
+
+
+@register(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor)
+def div(a, b):
+    cdt = compute_dtype(out_dtype())
+    return pointwise(lambda x, y: Op("truediv", (cast(x, cdt), cast(y, cdt)), cdt), a, b)
+
+
+@register(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(a, b, rounding_mode=None):
+    cdt = compute_dtype(out_dtype())
+    if rounding_mode is None:
+        return div(a, b)
+    if cdt.is_floating_point:
+        rnd = "floor" if rounding_mode == "floor" else "trunc"
+        return pointwise(lambda x, y: Op(rnd, (Op("truediv", (cast(x, cdt), cast(y, cdt)), cdt),), cdt), a, b)
+    name = "floordiv" if rounding_mode == "floor" else "truncdiv"
+    return pointwise(lambda x, y: Op(name, (cast(x, cdt), cast(y, cdt)), cdt), a, b)
+
+
+@register(aten.floor_divide)
+def floor_divide(a, b):
+    return div_mode(a, b, "floor")
+
+
+@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def where(cond, a, b):
+    cdt = compute_dtype(out_dtype())
+    return pointwise(lambda c, x, y: Op("where", (cast(c, torch.bool), cast(x, cdt), cast(y, cdt)), cdt), cond, a, b)
+
+
+def _clamp(x, lo, hi):
+    cdt = compute_dtype(out_dtype())
+
+    def fn(v, *bounds):
+        v = cast(v, cdt)
+        bl = list(bounds)
+        if lo is not None:
+            v = _nan_keep(v, Op("maximum", (v, cast(bl.pop(0), cdt)), cdt), cdt)
+        if hi is not None:
+            v = _nan_keep(v, Op("minimum", (v, cast(bl.pop(0), cdt)), cdt), cdt)
+        return v
+
+    return pointwise(fn, x, *[b for b in (lo, hi) if b is not None])
+
+
+def _nan_keep(v, clamped, cdt):
+    """clamp(nan) is nan; maximum already propagates NaN, so this is the identity."""
+    return clamped
+
+
+@register(aten.clamp.default, aten.clamp.Tensor)
+def clamp(x, min=None, max=None):
+    return _clamp(x, min, max)
+
+
+@register(aten.clamp_min.default, aten.clamp_min.Tensor)
+def clamp_min(x, min):
+    return _clamp(x, min, None)
+
+
+@register(aten.clamp_max.default, aten.clamp_max.Tensor)
+def clamp_max(x, max):
+    return _clamp(x, None, max)
+
+
+@register(aten.sigmoid_backward.default)
+def sigmoid_backward(grad, y):
+    cdt = compute_dtype(out_dtype())
+    one = Constant(1.0, cdt)
+    return pointwise(lambda g, v: Op("mul", (cast(g, cdt), Op("mul", (cast(v, cdt), Op("sub", (one, cast(v, cdt)), cdt)), cdt)), cdt), grad, y)
+
+
+@register(aten.pow.Tensor_Scalar)
+def pow_scalar(x, exponent):
+    cdt = compute_dtype(out_dtype())
+    if isinstance(exponent, (int, float)) and exponent == 2:
+        return pointwise(lambda v: Op("mul", (cast(v, cdt), cast(v, cdt)), cdt), x)
+    if isinstance(exponent, (int, float)) and exponent == 0.5 and cdt.is_floating_point:
+        return pointwise(lambda v: Op("sqrt", (cast(v, cdt),), cdt), x)
+    return pointwise(lambda v, e: Op("pow", (cast(v, cdt), cast(e, cdt)), cdt), x, exponent)
+
+
+# ---------------------------------------------------------------- creation, conversion
+
+
+@register(aten._to_copy.default, prims.convert_element_type.default, aten.clone.default,
+          aten.lift_fresh_copy.default, aten.alias_copy.default)
+def to_copy(x, *args, **kwargs):
+    val = out_val()
+    if val.device != x.device:
+        return fallback_handler(*([x] + list(args)), **kwargs)
+    size = out_size()
+    load = x.make_loader()
+    return TensorBox(Pointwise(size, val.dtype, val.device, lambda idx: cast(load(idx), val.dtype)))
+
+
+@register(aten.copy.default)
+def copy(dst, src, non_blocking=False):
+    return pointwise(lambda d, s: s, dst, src)
+
+
+@register(aten.full.default, aten.full_like.default, aten.scalar_tensor.default, aten.zeros.default,
+          aten.ones.default, aten.zeros_like.default, aten.ones_like.default, aten.empty.memory_format,
+          aten.empty_like.default, aten.new_zeros.default, aten.new_ones.default, aten.new_full.default,
+          aten.new_empty.default, aten.empty_strided.default, aten.new_empty_strided.default)
+def full(*args, **kwargs):
+    op = current_graph().current_node.target
+    if op in (aten.full.default, aten.new_full.default, aten.full_like.default):
+        fill = args[1] if op == aten.full.default or op == aten.full_like.default else args[2]
+    elif op == aten.scalar_tensor.default:
+        fill = args[0]
+    elif op in (aten.ones.default, aten.ones_like.default, aten.new_ones.default):
+        fill = 1
+    else:
+        fill = 0
+    dt = out_dtype()
+    value = loader_for(fill)([])
+    return pointwise(lambda: cast(value, dt), dtype=dt)
+
+
+@register(aten.fill.Scalar, aten.fill.Tensor)
+def fill(x, value):
+    dt = out_dtype()
+    return pointwise(lambda v: cast(v, dt), value)
+
+
+@register(aten.arange.start_step, aten.arange.default, aten.arange.start, prims.iota.default)
+def arange(*args, **kwargs):
+    op = current_graph().current_node.target
+    if op == prims.iota.default:
+        start, step = kwargs["start"], kwargs["step"]
+    elif op == aten.arange.default:
+        start, step = 0, 1
+    else:
+        start = args[0]
+        step = args[2] if len(args) > 2 else kwargs.get("step", 1)
+    dt = out_dtype()
+    cdt = torch.float64 if dt.is_floating_point else torch.int64
+    s0, st = loader_for(start, cdt)([]), loader_for(step, cdt)([])
+    size = out_size()
+    return TensorBox(Pointwise(size, dt, device(), lambda idx: cast(
+        Op("add", (s0, Op("mul", (IndexValue(idx[0], cdt), st), cdt)), cdt), dt)))
+
+
+# ---------------------------------------------------------------- views
+
+
+def _view(x: TensorBox, size, reindex) -> TensorBox:
+    return TensorBox(View(x, size, reindex))
+
+
+@register(aten.permute.default)
+def permute(x, dims):
+    n = len(x.get_size())
+    dims = [d % n for d in dims] if n else []
+    size = [x.get_size()[d] for d in dims]
+
+    def reindex(idx):
+        old = [None] * n
+        for i, d in enumerate(dims):
+            old[d] = idx[i]
+        return old
+
+    return _view(x, size, reindex)
+
+
+@register(aten.transpose.int)
+def transpose(x, d0, d1):
+    n = len(x.get_size())
+    dims = list(range(n))
+    if n:
+        dims[d0 % n], dims[d1 % n] = dims[d1 % n], dims[d0 % n]
+    return permute(x, dims)
+
+
+@register(aten.t.default)
+def t(x):
+    return permute(x, [1, 0]) if len(x.get_size()) == 2 else x
+
+
+@register(aten.expand.default)
+def expand(x, size, implicit=False):
+    new = out_size()
+    xs = x.get_size()
+    lead = len(new) - len(xs)
+
+    def reindex(idx):
+        return [sympy.Integer(0) if (xs[i] == 1 and new[lead + i] != 1) else idx[lead + i] for i in range(len(xs))]
+
+    return _view(x, new, reindex)
+
+
+@register(aten.unsqueeze.default)
+def unsqueeze(x, dim):
+    n = len(x.get_size()) + 1
+    dim = dim % n
+    size = list(x.get_size())
+    size.insert(dim, sympy.Integer(1))
+    return _view(x, size, lambda idx: list(idx[:dim]) + list(idx[dim + 1:]))
+
+
+@register(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)
+def squeeze(x, dim=None):
+    xs = x.get_size()
+    n = len(xs)
+    if dim is None:
+        dims = [i for i in range(n) if xs[i] == 1]
+    else:
+        dims = [d % max(n, 1) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+        dims = [d for d in dims if n and xs[d] == 1]
+    keep = [i for i in range(n) if i not in dims]
+
+    def reindex(idx):
+        old = [sympy.Integer(0)] * n
+        for j, i in enumerate(keep):
+            old[i] = idx[j]
+        return old
+
+    return _view(x, [xs[i] for i in keep], reindex)
+
+
+@register(aten.select.int)
+def select(x, dim, index):
+    xs = x.get_size()
+    n = len(xs)
+    dim = dim % n
+    index = to_sympy(index)
+    if hint(index) < 0:
+        index = index + xs[dim]
+    return _view(x, xs[:dim] + xs[dim + 1:], lambda idx: list(idx[:dim]) + [index] + list(idx[dim:]))
+
+
+@register(aten.slice.Tensor)
+def slice_(x, dim=0, start=None, end=None, step=1):
+    xs = x.get_size()
+    dim = dim % len(xs)
+    start = _norm_start(start, xs[dim])
+    size = out_size()
+
+    def reindex(idx):
+        old = list(idx)
+        old[dim] = start + step * idx[dim]
+        return old
+
+    return _view(x, size, reindex)
+
+
+def _norm_start(start, dimsize):
+    if start is None:
+        return sympy.Integer(0)
+    start = to_sympy(start)
+    if hint(start) < 0:
+        start = start + dimsize
+        if hint(start) < 0:
+            start = sympy.Integer(0)
+    if hint(start) > hint(dimsize):
+        start = dimsize
+    return start
+
+
+@register(aten.diagonal.default)
+def diagonal(x, offset=0, dim1=0, dim2=1):
+    n = len(x.get_size())
+    d1, d2 = dim1 % n, dim2 % n
+    rest = [i for i in range(n) if i not in (d1, d2)]
+
+    def reindex(idx):
+        old = [None] * n
+        for j, i in enumerate(rest):
+            old[i] = idx[j]
+        k = idx[-1]
+        old[d1] = k + (0 if offset >= 0 else -offset)
+        old[d2] = k + (offset if offset >= 0 else 0)
+        return old
+
+    return _view(x, out_size(), reindex)
+
+
+@register(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default)
+def view(x, size):
+    new = out_size()
+    old = list(x.get_size())
+    if [s for s in old if s != 1] == [s for s in new if s != 1]:
+        keep_old = [i for i, s in enumerate(old) if s != 1]
+        keep_new = [i for i, s in enumerate(new) if s != 1]
+
+        def reindex(idx):
+            out = [sympy.Integer(0)] * len(old)
+            for i, j in zip(keep_old, keep_new):
+                out[i] = idx[j]
+            return out
+
+        return _view(x, new, reindex)
+    base = x.realize()
+    strides = _view_strides(base.layout, old, new)
+    if strides is not None:
+        layout = base.layout
+        root = base.base if isinstance(base, ReinterpretView) else base
+        return TensorBox(ReinterpretView(root, Layout(new, strides, layout.offset, layout.dtype, layout.device)))
+    return _view(x, new, _flat_reindex(old, new))
+
+
+def _view_strides(layout, old, new):
+    """Strides of ``view(new)`` of a strided tensor (ATen's computeStride), or None."""
+    if any(hint(s) == 0 for s in old):
+        return None
+    # Group old dims into contiguous chunks; each chunk maps to a run of new dims.
+    chunks, cur = [], []
+    for i in range(len(old)):
+        if old[i] == 1:
+            continue
+        cur.append(i)
+        nxt = [j for j in range(i + 1, len(old)) if old[j] != 1]
+        if not nxt or sympy.expand(layout.stride[i] - layout.stride[nxt[0]] * old[nxt[0]]) != 0:
+            chunks.append(cur)
+            cur = []
+    strides = [None] * len(new)
+    ni = 0
+    for chunk in chunks:
+        numel = functools.reduce(lambda a, b: a * b, [old[i] for i in chunk], sympy.Integer(1))
+        base_stride = layout.stride[chunk[-1]]
+        acc = sympy.Integer(1)
+        run = []
+        while ni < len(new) and sympy.simplify(numel / acc) != 1:
+            run.append(ni)
+            acc = acc * new[ni]
+            ni += 1
+        if sympy.simplify(acc - numel) != 0:
+            return None
+        st = base_stride
+        for j in reversed(run):
+            strides[j] = st
+            st = st * new[j]
+    for j in range(len(new)):
+        if strides[j] is None:
+            if new[j] != 1:
+                return None
+            strides[j] = sympy.Integer(1)
+    return strides
+
+
+def _flat_reindex(old, new):
+    from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+    def reindex(idx):
+        flat = sympy.Integer(0)
+        for i, n in zip(idx, new):
+            flat = flat * n + i
+        out = []
+        stride = sympy.Integer(1)
+        for n in reversed(old):
+            out.append(ModularIndexing(flat, stride, n) if n != 1 else sympy.Integer(0))
+            stride = stride * n
+        return list(reversed(out))
+
+    return reindex
+
+
+@register(aten.as_strided.default)
+def as_strided(x, size, stride, storage_offset=None):
+    base = x.realize()
+    root = base.base if isinstance(base, ReinterpretView) else base
+    start = current_graph().storage_offset_of(root)
+    offset = to_sympy(storage_offset) - start if storage_offset is not None else base.layout.offset
+    return TensorBox(ReinterpretView(root, Layout([to_sympy(s) for s in size], [to_sympy(s) for s in stride],
+                                                  offset, root.dtype, root.device)))
+
+
+@register(aten.alias.default, aten.lift_fresh.default, aten.detach.default)
+def alias(x):
+    return x
+
+
+@register(aten.split_with_sizes.default)
+def split_with_sizes(x, sizes, dim=0):
+    outs, start = [], sympy.Integer(0)
+    dim = dim % len(x.get_size())
+    for s in sizes:
+        s = to_sympy(s)
+        size = list(x.get_size())
+        size[dim] = s
+
+        def reindex(idx, start=start):
+            old = list(idx)
+            old[dim] = idx[dim] + start
+            return old
+
+        outs.append(_view(x, size, reindex))
+        start = start + s
+    return outs
+
+
+# ---------------------------------------------------------------- reductions
+
+
+def _dims(x, dim):
+    n = len(x.get_size())
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(n))
+    dims = dim if isinstance(dim, (list, tuple)) else [dim]
+    return sorted({d % max(n, 1) for d in dims}) if n else []
+
+
+def make_reduction(x, dims, keepdim, rtype, dtype, acc_dtype, value_fn=None) -> TensorBox:
+    """A Reduction box: ``rtype`` over ``dims`` of ``value_fn(load(x))``."""
+    xs = list(x.get_size())
+    n = len(xs)
+    kept = [i for i in range(n) if i not in dims]
+    size = [sympy.Integer(1) if i in dims else xs[i] for i in range(n)] if keepdim else [xs[i] for i in kept]
+    rranges = [xs[i] for i in dims]
+    load = x.make_loader()
+
+    def inner(idx, ridx):
+        full = [None] * n
+        if keepdim:
+            for i in kept:
+                full[i] = idx[i]
+        else:
+            for j, i in enumerate(kept):
+                full[i] = idx[j]
+        for j, i in enumerate(dims):
+            full[i] = ridx[j]
+        v = load(full)
+        return value_fn(v) if value_fn else v
+
+    return TensorBox(Reduction(size, rranges, rtype, dtype, acc_dtype, x.device, inner))
+
+
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    if dtype.is_floating_point:
+        return compute_dtype(dtype)
+    if dtype == torch.bool:
+        return torch.bool
+    return torch.int64
+
+
+@register(aten.sum.dim_IntList, aten.sum.default)
+def sum_(x, dim=None, keepdim=False, dtype=None):
+    odt = out_dtype()
+    acc = _acc(odt)
+    return make_reduction(x, _dims(x, dim), keepdim, "sum", odt, acc, lambda v: cast(v, acc))
+
+
+@register(aten.prod.dim_int, aten.prod.default)
+def prod(x, dim=None, keepdim=False, dtype=None):
+    odt = out_dtype()
+    acc = _acc(odt)
+    return make_reduction(x, _dims(x, dim), keepdim, "prod", odt, acc, lambda v: cast(v, acc))
+
+
+@register(aten.amax.default, aten.amin.default)
+def amax(x, dim=(), keepdim=False):
+    rtype = "max" if current_graph().current_node.target == aten.amax.default else "min"
+    acc = compute_dtype(x.dtype) if x.dtype != torch.bool else torch.bool
+    return make_reduction(x, _dims(x, dim), keepdim, rtype, out_dtype(), acc, lambda v: cast(v, acc))
+
+
+@register(aten.argmax.default, aten.argmin.default)
+def argmax(x, dim=None, keepdim=False):
+    rtype = "argmax" if current_graph().current_node.target == aten.argmax.default else "argmin"
+    cdt = compute_dtype(x.dtype)
+    if dim is None:
+        flat = TensorBox(View(x, [sympy.Integer(max(1, 1)) * _numel(x.get_size())],
+                              _flat_reindex(x.get_size(), [_numel(x.get_size())])))
+        red = make_reduction(flat, [0], False, rtype, torch.int64, torch.int64, lambda v: cast(v, cdt))
+        if keepdim:
+            return TensorBox(View(red, out_size(), lambda idx: []))
+        return red
+    return make_reduction(x, _dims(x, dim), keepdim, rtype, torch.int64, torch.int64, lambda v: cast(v, cdt))
+
+
+@register(aten.max.dim, aten.min.dim)
+def max_dim(x, dim, keepdim=False):
+    is_max = current_graph().current_node.target == aten.max.dim
+    cdt = compute_dtype(x.dtype)
+    dims = _dims(x, dim)
+    values = make_reduction(x, dims, keepdim, "max" if is_max else "min", x.dtype, cdt, lambda v: cast(v, cdt))
+    indices = make_reduction(x, dims, keepdim, "argmax" if is_max else "argmin", torch.int64, torch.int64,
+                             lambda v: cast(v, cdt))
+    return (values, indices)
+
+
+@register(aten.any.default, aten.any.dim, aten.any.dims, aten.all.default, aten.all.dim, aten.all.dims)
+def any_all(x, dim=None, keepdim=False):
+    target = current_graph().current_node.target
+    rtype = "any" if target in (aten.any.default, aten.any.dim, aten.any.dims) else "all"
+    odt = out_dtype()
+    red = make_reduction(x, _dims(x, dim), keepdim, rtype, torch.bool, torch.bool, lambda v: cast(v, torch.bool))
+    if odt != torch.bool:
+        return pointwise(lambda v: cast(v, odt), red)
+    return red
+
+
+def _numel(size):
+    return functools.reduce(lambda a, b: a * b, size, sympy.Integer(1))
+
+
+@register(aten.mean.dim, aten.mean.default)
+def mean(x, dim=None, keepdim=False, dtype=None):
+    odt = out_dtype()
+    acc = _acc(odt)
+    dims = _dims(x, dim)
+    total = make_reduction(x, dims, keepdim, "sum", acc, acc, lambda v: cast(v, acc))
+    count = _numel([x.get_size()[d] for d in dims])
+    return pointwise(lambda s: Op("truediv", (s, cast(IndexValue(count, torch.int64), acc)), acc), total)
+
+
+def _var_mean(x, dim, correction, keepdim):
+    odt = out_dtype()[0] if isinstance(out_dtype_safe(), tuple) else out_dtype_safe()
+    acc = _acc(odt)
+    dims = _dims(x, dim)
+    count = _numel([x.get_size()[d] for d in dims])
+    size_kept = [sympy.Integer(1) if i in dims else s for i, s in enumerate(x.get_size())]
+    total = make_reduction(x, dims, True, "sum", acc, acc, lambda v: cast(v, acc))
+    total.realize()
+    n = cast(IndexValue(count, torch.int64), acc)
+    mean_kd = TensorBox(Pointwise(size_kept, acc, x.device,
+                                  lambda idx, ld=total.make_loader(): Op("truediv", (ld(idx), n), acc)))
+    mload = broadcast_loader(mean_kd, list(x.get_size()))
+    xload = x.make_loader()
+    corr = 1 if correction is None else correction
+    sq = TensorBox(Pointwise(list(x.get_size()), acc, x.device, lambda idx: _square(
+        Op("sub", (cast(xload(idx), acc), mload(idx)), acc), acc)))
+    m2 = make_reduction(sq, dims, keepdim, "sum", acc, acc)
+    denom = Op("sub", (n, cast(loader_for(corr)([]), acc)), acc)
+    denom = Op("maximum", (denom, Constant(0.0, acc)), acc)
+    var = TensorBox(Pointwise(m2.get_size(), odt, x.device,
+                              lambda idx, ld=m2.make_loader(): cast(Op("truediv", (ld(idx), denom), acc), odt)))
+    if keepdim:
+        mean_out = TensorBox(Pointwise(size_kept, odt, x.device, lambda idx: cast(mean_kd.make_loader()(idx), odt)))
+    else:
+        kept = [i for i in range(len(size_kept)) if i not in dims]
+
+        def mean_idx(idx):
+            full = [sympy.Integer(0)] * len(size_kept)
+            for j, i in enumerate(kept):
+                full[i] = idx[j]
+            return cast(mean_kd.make_loader()(full), odt)
+
+        mean_out = TensorBox(Pointwise([size_kept[i] for i in kept], odt, x.device, mean_idx))
+    return var, mean_out
+
+
+def _square(v, dt):
+    return Op("mul", (v, v), dt)
+
+
+def out_dtype_safe():
+    val = out_val()
+    if isinstance(val, (tuple, list)):
+        return tuple(v.dtype for v in val)
+    return val.dtype
+
+
+@register(aten.var_mean.correction)
+def var_mean(x, dim=None, *, correction=None, keepdim=False):
+    return _var_mean(x, dim, correction, keepdim)
+
+
+@register(aten.var.correction)
+def var(x, dim=None, *, correction=None, keepdim=False):
+    return _var_mean(x, dim, correction, keepdim)[0]
+
+
+# ---------------------------------------------------------------- cat, pad, indexing
+
+
+@register(aten.cat.default)
+def cat(tensors, dim=0):
+    size = out_size()
+    dim = dim % len(size)
+    odt = out_dtype()
+    parts = [t for t in tensors if not (len(t.get_size()) == 1 and t.get_size()[0] == 0 and len(size) != 1)]
+    starts, acc = [], sympy.Integer(0)
+    for t in parts:
+        starts.append(acc)
+        acc = acc + t.get_size()[dim]
+    loaders = [t.make_loader() for t in parts]
+
+    def inner(idx):
+        value = None
+        for k in reversed(range(len(parts))):
+            sub = list(idx)
+            sub[dim] = idx[dim] - starts[k]
+            body = cast(loaders[k](sub), odt)
+            if value is None:
+                value = body
+                continue
+            end = starts[k] + parts[k].get_size()[dim]
+            mask = Op("lt", (IndexValue(idx[dim], torch.int64), IndexValue(end, torch.int64)), torch.bool)
+            value = Op("where", (mask, Masked(mask, body, _zero(odt), odt), value), odt)
+        return value if value is not None else _zero(odt)
+
+    return TensorBox(Pointwise(size, odt, device(), inner))
+
+
+def _zero(dt):
+    return Constant(False if dt == torch.bool else (0.0 if dt.is_floating_point else 0), dt)
+
+
+@register(aten.constant_pad_nd.default)
+def constant_pad_nd(x, pad, value=0):
+    size = out_size()
+    xs = x.get_size()
+    odt = out_dtype()
+    n = len(size)
+    load = x.make_loader()
+    fill = cast(loader_for(value)([]), odt)
+
+    def inner(idx):
+        sub = list(idx)
+        mask = None
+        for k in range(len(pad) // 2):
+            d = n - 1 - k
+            left = to_sympy(pad[2 * k])
+            sub[d] = idx[d] - left
+            lo = Op("ge", (IndexValue(sub[d], torch.int64), Constant(0, torch.int64)), torch.bool)
+            hi = Op("lt", (IndexValue(sub[d], torch.int64), IndexValue(xs[d], torch.int64)), torch.bool)
+            both = Op("logical_and", (lo, hi), torch.bool)
+            mask = both if mask is None else Op("logical_and", (mask, both), torch.bool)
+        body = cast(load(sub), odt)
+        return body if mask is None else Masked(mask, body, fill, odt)
+
+    return TensorBox(Pointwise(size, odt, device(), inner))
+
+
+def _indirect(index_value, size):
+    sym = current_graph().new_indirect_symbol()
+    return sym, ir.Indirect(sym, cast(index_value, torch.int64), size)
+
+
+def _load_indirect(x: TensorBox, idx, indirects):
+    """``x[idx]`` where ``idx`` contains indirect symbols described by ``indirects``."""
+    base = x.realize()
+    value = base.make_loader()(idx)
+    used = tuple(i for i in indirects if i.symbol in value.index.free_symbols)
+    return ir.Load(value.buffer, value.index, value.dtype, used)
+
+
+@register(aten.embedding.default)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    size = out_size()
+    nidx = len(indices.get_size())
+    iload = indices.make_loader()
+    vocab = weight.get_size()[0]
+
+    def inner(idx):
+        sym, ind = _indirect(iload(idx[:nidx]), vocab)
+        return _load_indirect(weight, [sym] + list(idx[nidx:]), [ind])
+
+    return TensorBox(Pointwise(size, weight.dtype, device(), inner))
+
+
+@register(aten.gather.default)
+def gather(x, dim, index, sparse_grad=False):
+    size = out_size()
+    n = len(size)
+    dim = dim % max(n, 1)
+    iload = index.make_loader()
+    dsize = x.get_size()[dim] if x.get_size() else sympy.Integer(1)
+
+    def inner(idx):
+        if n == 0:
+            return x.make_loader()([])
+        sym, ind = _indirect(iload(idx), dsize)
+        sub = list(idx)
+        sub[dim] = sym
+        return _load_indirect(x, sub, [ind])
+
+    return TensorBox(Pointwise(size, x.dtype, device(), inner))
+
+
+@register(aten.index_select.default)
+def index_select(x, dim, index):
+    size = out_size()
+    n = len(size)
+    dim = dim % max(n, 1)
+    iload = index.make_loader()
+
+    def inner(idx):
+        if not x.get_size():
+            return x.make_loader()([])
+        sym, ind = _indirect(iload([idx[dim]] if index.get_size() else []), x.get_size()[dim])
+        sub = list(idx)
+        sub[dim] = sym
+        return _load_indirect(x, sub, [ind])
+
+    return TensorBox(Pointwise(size, x.dtype, device(), inner))
+
+
+@register(aten.index.Tensor)
+def index(x, indices):
+    if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
+        return fallback_handler(x, indices)
+    xs = x.get_size()
+    positions = [k for k, i in enumerate(indices) if i is not None]
+    size = out_size()
+    bshape_len = len(size) - (len(xs) - len(positions))
+    adjacent = positions == list(range(positions[0], positions[-1] + 1))
+    first = positions[0] if adjacent else 0
+    bsize = size[first:first + bshape_len]
+    loaders = {k: broadcast_loader(indices[k], bsize) for k in positions}
+    rest = [d for d in range(len(xs)) if d not in positions]
+
+    def inner(idx):
+        bidx = idx[first:first + bshape_len]
+        other = list(idx[:first]) + list(idx[first + bshape_len:])
+        sub, inds = [None] * len(xs), []
+        for k in positions:
+            sym, ind = _indirect(loaders[k](bidx), xs[k])
+            sub[k] = sym
+            inds.append(ind)
+        for d, i in zip(rest, other):
+            sub[d] = i
+        return _load_indirect(x, sub, inds)
+
+    return TensorBox(Pointwise(size, x.dtype, device(), inner))
+
+
+# ---------------------------------------------------------------- extern kernels and fallbacks
+
+
+def make_extern(op, args, kwargs, fallback: bool):
+    """An extern ATen call; returns a box, or a (nested) tuple of boxes for tuple outputs."""
+    graph = current_graph()
+    val = out_val()
+
+    def realize_args(a):
+        if isinstance(a, TensorBox):
+            return a.realize()
+        if isinstance(a, (list, tuple)):
+            return type(a)(realize_args(b) for b in a)
+        return a
+
+    args = realize_args(list(args))
+    kwargs = {k: realize_args(v) for k, v in kwargs.items()}
+    if isinstance(val, torch.Tensor):
+        layout = graph.layout_of(val)
+        return TensorBox(graph.register_buffer(lambda name: ExternKernel(name, layout, op, args, kwargs, fallback)))
+    parent = graph.register_buffer(lambda name: ExternKernel(name, None, op, args, kwargs, fallback))
+
+    def unpack(v, path):
+        if isinstance(v, torch.Tensor):
+            layout = graph.layout_of(v)
+            return TensorBox(graph.register_buffer(lambda name: MultiOutput(name, layout, parent, path)))
+        if isinstance(v, (tuple, list)):
+            return type(v)(unpack(w, path + (i,)) for i, w in enumerate(v))
+        return v
+
+    return unpack(val, ())
+
+
+def fallback_handler(*args, **kwargs):
+    """Run the current op's ATen kernel as an extern call (counted in metrics.fallback_ops)."""
+    from . import config, metrics
+
+    op = current_graph().current_node.target
+    if not config.implicit_fallbacks:
+        raise NotImplementedError(f"no lowering for {op} and implicit_fallbacks=False")
+    metrics.fallback_ops[str(op)] += 1
+    return make_extern(op, args, kwargs, fallback=True)
+
+
+def register_extern(*ops):
+    """Ops that run their ATen kernel on purpose (libraries do them best)."""
+    for op in ops:
+        overloads = [getattr(op, n) for n in op.overloads()] if isinstance(op, torch._ops.OpOverloadPacket) else [op]
+        for o in overloads:
+            extern_ops.add(o)
+            lowerings[o] = lambda *args, _op=o, **kwargs: make_extern(_op, args, kwargs, fallback=False)
+
+
+register_extern(aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution, aten.convolution_backward,
+                aten.sort, aten.topk, aten._scaled_dot_product_flash_attention_for_cpu,
+                aten._scaled_dot_product_efficient_attention, aten._scaled_dot_product_flash_attention,
+                aten._scaled_dot_product_cudnn_attention, aten._scaled_dot_product_flash_attention_for_cpu_backward,
+                aten._scaled_dot_product_efficient_attention_backward, aten._scaled_dot_product_flash_attention_backward,
+                aten._cdist_forward, aten.cumsum, aten.cumprod, aten._cdist_backward)

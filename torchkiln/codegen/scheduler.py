@@ -1,0 +1,346 @@
+"""The scheduler: computed buffers → fused kernels, in an order that respects dependencies.
+
+Fusion rules (TorchInductor's, in a simpler form):
+
+* a kernel has a group ``(ranges, reduction_ranges)``, size-1 dimensions dropped;
+* a pointwise node joins a kernel over the same ``ranges`` (an outer loop: sibling
+  fusion, or a reduction's epilogue such as ``mean = sum / n``) or over
+  ``ranges + reduction_ranges`` (a loop over the reduction ranges: softmax's final
+  division); a reduction joins a kernel with the same group, or a pointwise kernel
+  whose ranges are its ``ranges + reduction_ranges``;
+* inside a kernel, a load of a buffer the kernel itself stores is replaced by the
+  stored value (store→load forwarding) when it is visible: the same index in the same
+  loop, or an earlier outer loop; otherwise the node cannot join;
+* a node joins the latest kernel that shares data with it and comes after all of its
+  dependencies; otherwise it starts a new kernel.
+
+Pointwise producers were already inlined by lowering; what reaches the scheduler is
+what must (or was chosen to) exist in memory.  Stores of buffers nobody reads any
+more after forwarding are dropped, and those buffers are never allocated.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import sympy
+import torch
+
+from . import ir
+from .ir import BufferArg, Load, Loop, Masked, Op, Reduce, ReductionValue, Store
+from .nodes import ComputedBuffer, ExternKernel, MultiOutput, Reduction, cast
+
+
+class NotFusable(Exception):
+    pass
+
+
+class SchedulerNode:
+    """One computed buffer with its iteration ranges (size-1 dims dropped)."""
+
+    def __init__(self, buf: ComputedBuffer) -> None:
+        self.buf = buf
+        self.name = buf.name
+        data = buf.data
+        size = list(data.get_size())
+        self.size = size
+        self.keep = [i for i, s in enumerate(size) if s != 1]
+        self.ranges = [size[i] for i in self.keep]
+        self.is_reduction = isinstance(data, Reduction)
+        if self.is_reduction:
+            rsize = list(data.reduction_ranges)
+            self.rsize = rsize
+            self.rkeep = [i for i, s in enumerate(rsize) if s != 1]
+            self.rranges = [rsize[i] for i in self.rkeep]
+        else:
+            self.rranges = []
+        xs = ir.index_vars("x", len(self.ranges))
+        rs = ir.index_vars("r", len(self.rranges))
+        self.reads = set(_loaded_buffers(self.value(xs, rs)))
+
+    def _full(self, vars_, size, keep):
+        idx = [sympy.Integer(0)] * len(size)
+        for i, v in zip(keep, vars_):
+            idx[i] = v
+        return idx
+
+    def out_index(self, xs) -> sympy.Expr:
+        return self.buf.layout.index(self._full(xs, self.size, self.keep))
+
+    def value(self, xs, rs=()):
+        data = self.buf.data
+        idx = self._full(xs, self.size, self.keep)
+        if self.is_reduction:
+            return data.inner_fn(idx, self._full(rs, self.rsize, self.rkeep))
+        return data.inner_fn(idx)
+
+
+def _loaded_buffers(value, seen=None):
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, Load):
+        yield value.buffer
+        for i in value.indirect:
+            yield from _loaded_buffers(i.value, seen)
+    elif isinstance(value, Op):
+        for a in value.args:
+            yield from _loaded_buffers(a, seen)
+    elif isinstance(value, Masked):
+        yield from _loaded_buffers(value.mask, seen)
+        yield from _loaded_buffers(value.body, seen)
+
+
+@dataclasses.dataclass
+class KernelPlan:
+    """A kernel being built: its group and member nodes (re-built on every join)."""
+
+    ranges: list
+    rranges: list
+    nodes: list
+    loops: list
+
+    def writes(self) -> set:
+        return {n.name for n in self.nodes}
+
+    def reads(self) -> set:
+        return set().union(*[n.reads for n in self.nodes])
+
+
+def build_loops(ranges, rranges, nodes) -> list:
+    """The loops of a kernel over ``(ranges, rranges)`` holding ``nodes``; raises NotFusable."""
+    xs = ir.index_vars("x", len(ranges))
+    rs = ir.index_vars("r", len(rranges))
+    loops: list[Loop] = []
+    stored: dict[str, tuple[int, Store]] = {}
+
+    def forward(value, pos, cache):
+        key = id(value)
+        if key in cache:
+            return cache[key]
+        out = value
+        if isinstance(value, Load):
+            ind = tuple(dataclasses.replace(i, value=forward(i.value, pos, cache)) for i in value.indirect)
+            if value.buffer in stored:
+                lpos, st = stored[value.buffer]
+                visible = (not loops[lpos].reduction and lpos < pos) or (lpos == pos)
+                if not visible or ind or st.indirect or st.mode or sympy.expand(st.index - value.index) != 0:
+                    raise NotFusable(value.buffer)
+                out = cast(st.value, value.dtype)
+            elif ind != value.indirect:
+                out = Load(value.buffer, value.index, value.dtype, ind)
+        elif isinstance(value, Op):
+            args = tuple(forward(a, pos, cache) for a in value.args)
+            if args != value.args:
+                out = Op(value.name, args, value.dtype)
+        elif isinstance(value, Masked):
+            out = Masked(forward(value.mask, pos, cache), forward(value.body, pos, cache), value.other, value.dtype)
+        cache[key] = out
+        return out
+
+    def place(reduction: bool, make_stmts) -> int:
+        candidates = [i for i in reversed(range(len(loops))) if loops[i].reduction == reduction]
+        for pos in candidates + [len(loops)]:
+            try:
+                stmts = make_stmts(pos)
+            except NotFusable:
+                continue
+            if pos == len(loops):
+                loops.append(Loop(reduction, []))
+            loops[pos].body.extend(stmts)
+            return pos
+        raise NotFusable("no loop")
+
+    for node in nodes:
+        if node.is_reduction:
+            if node.ranges != ranges or node.rranges != rranges:
+                raise NotFusable("group")
+            data = node.buf.data
+            acc = f"acc_{node.name}"
+            flat = sympy.Integer(0)
+            for r, n in zip(rs, rranges):
+                flat = flat * n + r
+            raw = node.value(xs, rs)
+            pos = place(True, lambda p: [Reduce(acc, data.reduction_type, forward(raw, p, {}), data.acc_dtype,
+                                                flat if data.reduction_type in ("argmax", "argmin") else None)])
+            store = Store(node.name, node.out_index(xs), cast(ReductionValue(acc, data.acc_dtype), data.dtype))
+            if pos + 1 < len(loops) and not loops[pos + 1].reduction:
+                loops[pos + 1].body.append(store)
+            else:
+                loops.insert(pos + 1, Loop(False, [store]))
+                for name, (lp, st) in list(stored.items()):
+                    if lp > pos:
+                        stored[name] = (lp + 1, st)
+            stored[node.name] = (pos + 1, store)
+            continue
+        if node.ranges == ranges:
+            inner, vars_ = False, xs
+        elif rranges and node.ranges == list(ranges) + list(rranges):
+            inner, vars_ = True, xs + rs
+        else:
+            raise NotFusable("group")
+        raw = node.value(vars_)
+        index = node.buf.layout.index(node._full(vars_, node.size, node.keep))
+        holder = {}
+
+        def make(p, raw=raw, index=index, node=node, holder=holder):
+            holder["store"] = Store(node.name, index, cast(forward(raw, p, {}), node.buf.dtype))
+            return [holder["store"]]
+
+        pos = place(inner, make)
+        stored[node.name] = (pos, holder["store"])
+    return loops
+
+
+def _group_of(node: SchedulerNode):
+    return node.ranges, node.rranges
+
+
+def try_join(plan: KernelPlan, node: SchedulerNode) -> Optional[KernelPlan]:
+    """``plan`` with ``node`` added, or None when the group or dependencies forbid it."""
+    candidates = []
+    if node.is_reduction:
+        if plan.rranges:
+            candidates.append((plan.ranges, plan.rranges))
+        elif plan.ranges == node.ranges + node.rranges:
+            candidates.append((node.ranges, node.rranges))
+        elif not plan.ranges and not node.ranges:
+            pass
+    else:
+        candidates.append((plan.ranges, plan.rranges))
+    for ranges, rranges in candidates:
+        try:
+            loops = build_loops(ranges, rranges, plan.nodes + [node])
+        except NotFusable:
+            continue
+        return KernelPlan(ranges, rranges, plan.nodes + [node], loops)
+    return None
+
+
+class Scheduler:
+    """Orders the graph's buffers into kernels and extern calls.
+
+    ``entries`` after :meth:`run`: a list of ``KernelPlan`` and extern buffers
+    (``ExternKernel``/``MultiOutput``) in execution order.
+    """
+
+    def __init__(self, graph) -> None:
+        self.graph = graph
+        self.entries: list = []
+        self.position: dict[str, int] = {}
+
+    def run(self) -> "Scheduler":
+        for buf in self.graph.buffers.values():
+            if isinstance(buf, ComputedBuffer):
+                self._schedule(SchedulerNode(buf))
+            elif isinstance(buf, (ExternKernel, MultiOutput)):
+                self.position[buf.name] = len(self.entries)
+                self.entries.append(buf)
+        return self
+
+    def _schedule(self, node: SchedulerNode) -> None:
+        earliest = max([self.position.get(b, -1) for b in node.reads], default=-1)
+        for p in reversed(range(earliest, len(self.entries))):
+            if p < 0:
+                break
+            entry = self.entries[p]
+            if not isinstance(entry, KernelPlan):
+                continue
+            if p == earliest and not (node.reads & entry.writes()):
+                continue
+            if not (node.reads & (entry.writes() | entry.reads())):
+                continue
+            joined = try_join(entry, node)
+            if joined is not None:
+                self.entries[p] = joined
+                self.position[node.name] = p
+                return
+        try:
+            loops = build_loops(node.ranges, node.rranges, [node])
+        except NotFusable as e:
+            raise RuntimeError(f"cannot schedule {node.name} on its own: {e}")
+        self.position[node.name] = len(self.entries)
+        self.entries.append(KernelPlan(node.ranges, node.rranges, [node], loops))
+
+
+def finalize(entries, needed: set, graph, device, prefix="kernel") -> list:
+    """Drop stores nobody reads, name kernels, build :class:`ir.FusedKernel` s in order.
+
+    ``needed``: buffers read outside kernels (extern args, outputs, views).  Returns
+    the entries with KernelPlans replaced by FusedKernels (empty kernels removed).
+    """
+    for entry in entries:
+        if isinstance(entry, KernelPlan):
+            for loop in entry.loops:
+                for st in loop.body:
+                    needed.update(_loaded_buffers(st.value))
+                    for i in getattr(st, "indirect", ()):
+                        needed.update(_loaded_buffers(i.value))
+    out = []
+    count = 0
+    for entry in entries:
+        if not isinstance(entry, KernelPlan):
+            out.append(entry)
+            continue
+        loops = []
+        for loop in entry.loops:
+            body = [s for s in loop.body if not isinstance(s, Store) or s.buffer in needed]
+            if body:
+                loops.append(Loop(loop.reduction, body))
+        if not any(isinstance(s, Store) for lp in loops for s in lp.body):
+            continue
+        out.append(make_kernel(f"{prefix}{count}", entry, loops, graph, device))
+        count += 1
+    return out
+
+
+def make_kernel(name, plan: KernelPlan, loops, graph, device) -> ir.FusedKernel:
+    size_hints = graph.size_hints()
+    dtypes: dict[str, torch.dtype] = {}
+    stored: set = set()
+    symbols: set = set()
+    seen: set = set()
+
+    def visit(v):
+        if id(v) in seen:
+            return
+        seen.add(id(v))
+        if isinstance(v, Load):
+            dtypes.setdefault(v.buffer, v.dtype)
+            symbols.update(v.index.free_symbols)
+            for i in v.indirect:
+                visit(i.value)
+                symbols.update(sympy.sympify(i.size).free_symbols)
+        elif isinstance(v, Op):
+            for a in v.args:
+                visit(a)
+        elif isinstance(v, Masked):
+            visit(v.mask)
+            visit(v.body)
+        elif isinstance(v, ir.IndexValue):
+            symbols.update(v.expr.free_symbols)
+
+    for loop in loops:
+        for st in loop.body:
+            visit(st.value)
+            if isinstance(st, Store):
+                stored.add(st.buffer)
+                symbols.update(st.index.free_symbols)
+                for i in st.indirect:
+                    visit(i.value)
+            elif st.index is not None:
+                symbols.update(st.index.free_symbols)
+    for loop in loops:
+        for st in loop.body:
+            if isinstance(st, Store):
+                dtypes.setdefault(st.buffer, graph.buffers[st.buffer].dtype)
+    xs = ir.index_vars("x", len(plan.ranges))
+    rs = ir.index_vars("r", len(plan.rranges))
+    for r in list(plan.ranges) + list(plan.rranges):
+        symbols.update(sympy.sympify(r).free_symbols)
+    local = set(xs) | set(rs) | {s for s in symbols if s.name.startswith("i")}
+    size_args = sorted((s for s in symbols if s not in local), key=lambda s: s.name)
+    buffers = [BufferArg(b, dt, b in stored) for b, dt in dtypes.items()]
+    return ir.FusedKernel(name, device, list(plan.ranges), list(plan.rranges), xs, rs, loops, buffers, size_args,
+                          {s: size_hints[s] for s in size_args if s in size_hints})

@@ -1,0 +1,167 @@
+"""Wrapper code: the generated Python function that runs one compiled graph.
+
+It binds size symbols from the inputs (``s0 = arg0_1.size(0)``), allocates buffers
+with ``empty_strided`` (the fake values' strides for outputs, as eager's), launches
+kernels and extern calls in order, frees each buffer after its last use (``del
+buf3``), reuses the storage of dead buffers of the same dtype and size, and returns
+the outputs (views of buffers as ``as_strided`` aliases).  Mirrors TorchInductor's
+``PythonWrapperCodegen``; the source is printed by ``TORCHKILN_LOGS=output_code``.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from .ir import FusedKernel
+from .nodes import Buffer, ComputedBuffer, InputBuffer, MultiOutput, ReinterpretView
+from .printers import pexpr
+
+
+def _reinterpret(base, size, stride, offset):
+    return base.as_strided(size, stride, base.storage_offset() + offset)
+
+
+class WrapperCodegen:
+    """Builds the wrapper source for a scheduled graph; ``generate()`` returns (source, globals)."""
+
+    def __init__(self, graph, entries, generator, kernel_objects: dict) -> None:
+        self.graph = graph
+        self.entries = entries
+        self.generator = generator
+        self.globals = {"torch": torch, "math": math, "empty_strided": torch.empty_strided,
+                        "reinterpret": _reinterpret, **kernel_objects}
+        self.lines: list[str] = []
+        self._consts: dict = {}
+
+    # ---- printing helpers
+    def const(self, value) -> str:
+        key = (type(value), repr(value))
+        if key not in self._consts:
+            name = f"_c{len(self._consts)}"
+            self._consts[key] = name
+            self.globals[name] = value
+        return self._consts[key]
+
+    def arg(self, a) -> str:
+        if isinstance(a, ReinterpretView):
+            return self.view(a)
+        if isinstance(a, Buffer):
+            return a.name
+        if isinstance(a, sympy.Basic):
+            return pexpr(a)
+        if isinstance(a, list):
+            return "[" + ", ".join(self.arg(b) for b in a) + "]"
+        if isinstance(a, tuple):
+            return "(" + "".join(self.arg(b) + ", " for b in a) + ")"
+        if a is None or isinstance(a, (bool, str)) or (isinstance(a, int)):
+            return repr(a)
+        if isinstance(a, float) and math.isfinite(a):
+            return repr(a)
+        return self.const(a)
+
+    def shape(self, exprs) -> str:
+        return "(" + "".join(pexpr(e) + ", " for e in exprs) + ")"
+
+    def view(self, v: ReinterpretView) -> str:
+        lay = v.layout
+        return f"reinterpret({v.base.name}, {self.shape(lay.size)}, {self.shape(lay.stride)}, {pexpr(lay.offset)})"
+
+    # ---- buffer lifetimes
+    def _uses(self):
+        uses: dict[str, int] = {}
+        for i, e in enumerate(self.entries):
+            for name in self._entry_names(e):
+                uses[name] = i
+        for out in self.graph.outputs:
+            if isinstance(out, (Buffer, ReinterpretView)):
+                uses[out.name] = len(self.entries)
+        return uses
+
+    def _entry_names(self, e):
+        if isinstance(e, FusedKernel):
+            return [b.name for b in e.buffers]
+        if isinstance(e, MultiOutput):
+            return [e.parent.name, e.name]
+        names = [e.name]
+
+        def walk(a):
+            if isinstance(a, (Buffer, ReinterpretView)):
+                names.append(a.name)
+            elif isinstance(a, (list, tuple)):
+                for b in a:
+                    walk(b)
+
+        walk(e.args)
+        walk(list(e.kwargs.values()))
+        return names
+
+    def generate(self):
+        g = self.graph
+        params = [name for name, _ in g.inputs]
+        self.lines.append(f"def call({', '.join(params)}):")
+        body = []
+        for sym, src in g.symbol_sources.items():
+            body.append(f"{sym} = {src}")
+        body += self.generator.prologue([e for e in self.entries if isinstance(e, FusedKernel)])
+        uses = self._uses()
+        reuse = self._plan_reuse(uses)
+        taken = set(reuse.values())
+        allocated: set = set()
+        for i, e in enumerate(self.entries):
+            if isinstance(e, FusedKernel):
+                for b in e.buffers:
+                    buf = g.buffers[b.name]
+                    if b.stored and b.name not in allocated and isinstance(buf, ComputedBuffer):
+                        body.append(self._allocate(buf, reuse.get(b.name)))
+                        allocated.add(b.name)
+                body.append(self.generator.call(e, e.call_args()))
+            elif isinstance(e, MultiOutput):
+                body.append(f"{e.name} = {e.parent.name}" + "".join(f"[{j}]" for j in e.path))
+            else:
+                op = self.const(e.op)
+                args = [self.arg(a) for a in e.args] + [f"{k}={self.arg(v)}" for k, v in e.kwargs.items()]
+                body.append(f"{e.name} = {op}({', '.join(args)})")
+            dead = sorted(n for n, last in uses.items()
+                          if last == i and n not in taken and not isinstance(g.buffers.get(n), InputBuffer))
+            if dead:
+                body.append(f"del {', '.join(dead)}")
+        outs = []
+        for out in g.outputs:
+            outs.append(self.view(out) if isinstance(out, ReinterpretView) else self.arg(out))
+        body.append("return (" + "".join(o + ", " for o in outs) + ")")
+        self.lines += ["    " + line for line in body]
+        return "\n".join(self.lines) + "\n", self.globals
+
+    def _plan_reuse(self, uses) -> dict:
+        """{new buffer: dead buffer whose storage it takes} (same dtype, device, storage size)."""
+        g = self.graph
+        pool: dict = {}
+        reuse: dict = {}
+        seen: set = set()
+        for i, e in enumerate(self.entries):
+            if isinstance(e, FusedKernel):
+                for b in e.buffers:
+                    buf = g.buffers[b.name]
+                    if b.stored and b.name not in seen and isinstance(buf, ComputedBuffer):
+                        seen.add(b.name)
+                        key = (buf.dtype, buf.device, sympy.expand(buf.layout.storage_size()))
+                        if pool.get(key):
+                            reuse[b.name] = pool[key].pop()
+            for n, last in uses.items():
+                buf = g.buffers.get(n)
+                if last == i and isinstance(buf, ComputedBuffer):
+                    key = (buf.dtype, buf.device, sympy.expand(buf.layout.storage_size()))
+                    pool.setdefault(key, []).append(n)
+        return reuse
+
+    def _allocate(self, buf: ComputedBuffer, old) -> str:
+        lay = buf.layout
+        if old is not None:
+            olay = self.graph.buffers[old].layout
+            if list(olay.size) == list(lay.size) and list(olay.stride) == list(lay.stride):
+                return f"{buf.name} = {old}; del {old}  # reuse"
+            return f"{buf.name} = reinterpret({old}, {self.shape(lay.size)}, {self.shape(lay.stride)}, 0); del {old}  # reuse"
+        return (f"{buf.name} = empty_strided({self.shape(lay.size)}, {self.shape(lay.stride)}, "
+                f"dtype={self.const(lay.dtype)}, device={self.const(lay.device)})")
