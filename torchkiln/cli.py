@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="a small subset (mlp, cnn, lstm, nanogpt) and fewer repeats")
     bench.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     bench.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for every variant (default 1)")
-    bench.add_argument("--timeout", type=float, default=600, help="seconds per subprocess before it counts as an error")
+    bench.add_argument("--timeout", type=float, default=300, help="seconds per subprocess before it counts as an error")
     bench.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     bench.add_argument("--list", action="store_true", help="list the suite's models and exit")
 

@@ -45,3 +45,9 @@ def test_cache_dir(monkeypatch, tmp_path, capsys):
     assert capsys.readouterr().out.strip() == str(tmp_path / "c")
     assert main(["cache", "clear"]) == 0
     assert not (tmp_path / "c").exists()
+
+
+def test_explain_prints_or_reports(capsys):
+    code = main(["explain", "mlp"])
+    captured = capsys.readouterr()
+    assert (code == 0 and "Graph Count" in captured.out) or (code == 1 and "torchkiln explain mlp" in captured.err)
