@@ -183,7 +183,8 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
         if not _recomputable(n):
             # Must be computed in the forward: it is available to save, never recomputed.
             g.add_edge("source", n.name + "_in", capacity=math.inf)
-        g.add_edge(n.name + "_in", n.name + "_out", capacity=_nbytes(n))
+        # A primal is alive anyway: saving it is slightly cheaper than an equal-sized intermediate.
+        g.add_edge(n.name + "_in", n.name + "_out", capacity=_nbytes(n) * (0.9 if _is_primal(n) else 1.0))
         for u in n.users:
             if u.op != "output":
                 g.add_edge(n.name + "_out", u.name + "_in", capacity=math.inf)
