@@ -53,13 +53,18 @@ class GraphLowering:
             return int(expr) if expr.is_integer else float(expr)
         if self.shape_env is None:
             raise RuntimeError(f"no hint for {expr}")
-        value = expr.xreplace({s: sympy.Integer(v) for s, v in self.shape_env.var_to_val.items()})
+        value = expr.xreplace({s: sympy.Integer(v) for s, v in self._var_to_val().items()})
         return int(value) if value.is_integer else float(value)
 
     def size_hints(self) -> dict:
         if self.shape_env is None:
             return {}
-        return {s: int(v) for s, v in self.shape_env.var_to_val.items()}
+        return {s: int(v) for s, v in self._var_to_val().items()}
+
+    def _var_to_val(self) -> dict:
+        env = self.shape_env
+        # torch >= 2.13 names it backed_var_to_val (var_to_val warns there)
+        return env.backed_var_to_val if hasattr(type(env), "backed_var_to_val") or "backed_var_to_val" in vars(env) else env.var_to_val
 
     def layout_of(self, val: torch.Tensor) -> Layout:
         return Layout([to_sympy(s) for s in val.shape], [to_sympy(s) for s in val.stride()],
