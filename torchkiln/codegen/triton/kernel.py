@@ -269,30 +269,46 @@ class KernelRenderer:
                                 f"{_identity(r.reduction_type, _value_dtype(r))})")
         index = None
         if r.reduction_type in ("argmax", "argmin"):
-            index = self.emit(ctx, f"({texpr(r.index)}) + {ctx.zero}")
+            index = self.emit(ctx, f"(({texpr(r.index)}) + {ctx.zero}).to(tl.int64)")
         return masked, index
 
     def finish_reduce(self, r: ir.Reduce, tile: str, index: str | None, ctx: _Context) -> str:
-        """Reduce a tile along the reduction axis to a ``[XBLOCK, 1]`` value."""
+        """Reduce a tile along the reduction axis to a ``[XBLOCK, 1]`` value.
+
+        Only Triton's built-in ``tl.sum``/``tl.max``/``tl.min`` reduce across lanes (fast
+        on GPUs and vectorized in the interpreter); NaN propagation and first-index
+        argmax/argmin are built from them.
+        """
         t = r.reduction_type
         if t == "sum":
             out = f"tl.sum({tile}, 1)[:, None]"
         elif t == "prod":
             out = f"tl.reduce({tile}, 1, kiln_prod)[:, None]"
-        elif t in ("max", "min"):
-            out = f"tl.reduce({tile}, 1, kiln_{t}imum)[:, None]"
         elif t == "any":
             out = f"(tl.max({tile}, 1)[:, None] != 0)"
         elif t == "all":
             out = f"(tl.min({tile}, 1)[:, None] != 0)"
-        elif t in ("argmax", "argmin"):
-            pair = self.emit(ctx, f"tl.reduce(({tile}, {index}), 1, kiln_{t})")
-            return self.emit(ctx, f"{pair}[1][:, None].to(tl.int64)")
+        elif t in ("max", "min", "argmax", "argmin"):
+            out = self._extreme(t, tile, _value_dtype(r), ctx)
+            if t in ("argmax", "argmin"):
+                match = f"({tile} == {out})"
+                if _value_dtype(r).is_floating_point:
+                    match = f"({match} | (({tile} != {tile}) & ({out} != {out})))"
+                out = f"tl.min(tl.where({match}, {index}, {2 ** 62}), 1)[:, None].to(tl.int64)"
         else:
             raise NotImplementedError(f"Triton kernels: reduction {t!r}")
         if r.dtype == torch.bool and t not in ("any", "all"):
             out = f"({out} != 0)"
         return self.emit(ctx, out)
+
+    def _extreme(self, t: str, tile: str, dtype: torch.dtype, ctx: _Context) -> str:
+        """Per-row max/min of a tile; NaN if the row has a NaN (as eager)."""
+        fn = "tl.max" if t in ("max", "argmax") else "tl.min"
+        if not dtype.is_floating_point:
+            return self.emit(ctx, f"{fn}({tile}, 1)[:, None]")
+        has_nan = self.emit(ctx, f"tl.max(({tile} != {tile}).to(tl.int32), 1)[:, None]")
+        clean = f"tl.where({tile} != {tile}, {_identity(t, dtype)}, {tile})"
+        return self.emit(ctx, f"tl.where({has_nan} != 0, float(\"nan\"), {fn}({clean}, 1)[:, None])")
 
     # ------------------------------------------------------------------ kernels
     def _header(self, name: str, reduction: bool) -> list[str]:
@@ -388,7 +404,7 @@ class KernelRenderer:
         elif t == "all":
             ctx.lines.append(f"{ind}{acc} = tl.minimum({acc}, {tile})")
         elif t in ("argmax", "argmin"):
-            ctx.lines.append(f"{ind}{acc}, {r.name}_idx = kiln_{t}({acc}, {r.name}_idx, {tile}, {index}.to(tl.int64))")
+            ctx.lines.append(f"{ind}{acc}, {r.name}_idx = kiln_{t}({acc}, {r.name}_idx, {tile}, {index})")
         else:
             raise NotImplementedError(f"Triton kernels: reduction {t!r}")
 
