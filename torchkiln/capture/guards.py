@@ -1,21 +1,216 @@
-"""Guards: the conditions under which a captured graph may be reused (placeholder)."""
+"""Guards: the conditions under which a captured graph may be reused.
+
+As TorchDynamo does, capture installs a guard whenever it reads a value from a source
+and specialises on it: tensor metadata (TENSOR_MATCH: dtype, device, rank, sizes —
+only the static ones when some are symbolic —, strides, requires_grad), argument
+aliasing (``L['a'] is L['b']``), Python constants (EQUALS_MATCH), types (TYPE_MATCH),
+object identity (ID_MATCH), None-ness, container lengths and dict keys, the global grad
+mode, and ShapeEnv's guards on symbolic sizes.  All parts are compiled into ONE
+generated Python function per cache entry (``Guard.check``); ``Guard.failure_reason``
+re-runs them one at a time and names the first failing one the field's way, e.g.
+``tensor 'L['y']' requires_grad mismatch. expected requires_grad=1``.
+"""
 from __future__ import annotations
+
+import torch
+
+from ..utils.logging import get_artifact_logger
+
+guards_log = get_artifact_logger("guards")
+
+_DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+                torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+                torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
+                torch.complex128: "ComplexDouble"}
+
+
+class GuardPart:
+    """One printable check; ``reason(L)`` explains a failure (default: the code)."""
+
+    def __init__(self, code: str, reason=None, size_of=None):
+        self.code = code
+        self.reason = reason
+        self.size_of = size_of  # (source, dim) when this part checks one size only
+
+
+class GuardBuilder:
+    """Collects guard parts while tracing; ``build()`` generates the guard function."""
+
+    def __init__(self, env: dict):
+        self.env = env  # names the generated code may use: G, ___g_<mod>, constants
+        self.parts: list[GuardPart] = []
+        self._seen: set[str] = set()
+        self._consts = 0
+        self.tensor_sources: list[str] = []
+
+    def const(self, value) -> str:
+        """A name in the guard namespace bound to ``value`` (for ``is`` checks)."""
+        name = f"___c{self._consts}"
+        self._consts += 1
+        self.env[name] = value
+        return name
+
+    def add(self, code: str, reason=None, size_of=None) -> None:
+        if code in self._seen:
+            return
+        self._seen.add(code)
+        self.parts.append(GuardPart(code, reason, size_of))
+
+    # -- guard kinds --------------------------------------------------------------------
+    def type_match(self, source: str, value) -> None:
+        self.add(f"type({source}) is {self.const(type(value))}")
+
+    def id_match(self, source: str, value) -> None:
+        self.add(f"{source} is {self.const(value)}")
+
+    def constant_match(self, source: str, value) -> None:
+        if value is None or value is True or value is False or value is Ellipsis:
+            self.add(f"{source} is {value!r}")
+        elif isinstance(value, (int, float, str, bytes)) and type(value) in (int, float, str, bytes):
+            self.add(f"type({source}) is {type(value).__name__}")
+            if isinstance(value, float) and value != value:
+                self.add(f"{source} != {source}")
+            else:
+                self.add(f"{source} == {value!r}")
+        else:
+            self.type_match(source, value)
+            self.add(f"{source} == {self.const(value)}")
+
+    def len_match(self, source: str, value) -> None:
+        self.type_match(source, value)
+        self.add(f"len({source}) == {len(value)}")
+
+    def keys_match(self, source: str, value) -> None:
+        self.type_match(source, value)
+        self.add(f"list({source}.keys()) == {self.const(list(value.keys()))}")
+
+    def tensor_match(self, source: str, value: torch.Tensor, fake) -> None:
+        """TENSOR_MATCH on dtype, device, rank, static sizes and strides, requires_grad."""
+        self.tensor_sources.append(source)
+        label = f"tensor '{source}'"
+        if type(value) is torch.Tensor:
+            self.add(f"type({source}) is ___Tensor", lambda L, s=source: f"{label} type mismatch. expected Tensor")
+        else:
+            self.add(f"type({source}) is {self.const(type(value))}")
+        dt = self.const(value.dtype)
+        self.add(f"{source}.dtype is {dt}", lambda L, g=self._getter(source), e=value.dtype: (
+            f"{label} dtype mismatch. expected {_DTYPE_NAMES.get(e, e)}, actual {_DTYPE_NAMES.get(g(L).dtype, g(L).dtype)}"))
+        dev = self.const(value.device)
+        self.add(f"{source}.device == {dev}", lambda L, g=self._getter(source), e=value.device: (
+            f"{label} device mismatch. expected {e}, actual {g(L).device}"))
+        self.add(f"{source}.dim() == {value.dim()}", lambda L, g=self._getter(source), e=value.dim(): (
+            f"{label} rank mismatch. expected {e}, actual {g(L).dim()}"))
+        sizes = [s if isinstance(s, int) else None for s in fake.shape]
+        strides = [s if isinstance(s, int) else None for s in fake.stride()]
+        if all(s is not None for s in sizes):
+            self.add(f"{source}.shape == {tuple(sizes)!r}", self._seq_reason(source, label, "size", sizes),
+                     size_of=(source, None))
+        else:
+            for i, s in enumerate(sizes):
+                if s is not None:
+                    self.add(f"{source}.size({i}) == {s}", self._seq_reason(source, label, "size", sizes),
+                             size_of=(source, i))
+        if all(s is not None for s in strides):
+            self.add(f"{source}.stride() == {tuple(strides)!r}", self._seq_reason(source, label, "stride", strides))
+        rg = bool(value.requires_grad)
+        self.add(f"{source}.requires_grad is {rg}",
+                 lambda L: f"{label} requires_grad mismatch. expected requires_grad={int(rg)}")
+
+    def _getter(self, source):
+        return eval(f"lambda L: {source}", self.env)
+
+    def _seq_reason(self, source, label, what, expected):
+        getter = self._getter(source)
+
+        def reason(L):
+            actual = getter(L).shape if what == "size" else getter(L).stride()
+            for i, e in enumerate(expected):
+                if e is not None and (i >= len(actual) or actual[i] != e):
+                    return f"{label} {what} mismatch at index {i}. expected {e}, actual {actual[i] if i < len(actual) else None}"
+            return f"{label} {what} mismatch"
+        return reason
+
+    def grad_mode(self) -> None:
+        enabled = torch.is_grad_enabled()
+        self.add(f"___is_grad_enabled() is {enabled}",
+                 lambda L: f"GLOBAL_STATE changed: grad_mode. expected {enabled}")
+
+    def build(self) -> "Guard":
+        self.env.setdefault("___Tensor", torch.Tensor)
+        self.env.setdefault("___is_grad_enabled", torch.is_grad_enabled)
+        body = " and ".join(f"({p.code})" for p in self.parts) or "True"
+        source = f"def ___guard(L):\n    return {body}\n"
+        namespace = self.env
+        exec(compile(source, "<torchkiln guard>", "exec"), namespace)
+        check = namespace.pop("___guard")
+        parts = [(p, eval(f"lambda L: {p.code}", namespace)) for p in self.parts]
+        guard = Guard(check, [p.code for p in self.parts], parts, source)
+        guards_log.debug("GUARDS:\n%s", "\n".join(f"  {c}" for c in guard.code_parts))
+        return guard
 
 
 class Guard:
-    """A generated Python predicate over ``f_locals``."""
+    """A generated predicate over ``f_locals`` (``check``) plus its printable parts."""
 
-    def __init__(self, check, code_parts, failure_reason=None):
+    def __init__(self, check, code_parts, parts=(), source_text=""):
         self.check = check
         self.code_parts = code_parts
-        self._failure_reason = failure_reason
+        self._parts = list(parts)
+        self.source_text = source_text
 
     @classmethod
     def always(cls) -> "Guard":
         return cls(lambda f_locals: True, [])
 
-    def failure_reason(self, f_locals):
-        return None if self._failure_reason is None else self._failure_reason(f_locals)
+    def _failing(self, f_locals):
+        for part, fn in self._parts:
+            try:
+                ok = fn(f_locals)
+            except Exception:  # noqa: BLE001 - a guard that raises has failed
+                ok = False
+            if not ok:
+                yield part
 
-    def size_failures(self, f_locals):
+    def failure_reason(self, f_locals) -> str | None:
+        """The first failing part, worded as torch's recompile reasons; None if all pass."""
+        for part in self._failing(f_locals):
+            return part.reason(f_locals) if part.reason else part.code
+        return None
+
+    def size_failures(self, f_locals) -> dict[str, set[int]] | None:
+        """Dims whose sizes changed, if size checks are the only failing parts; else None."""
+        result: dict[str, set[int]] = {}
+        for part in self._failing(f_locals):
+            if part.size_of is None:
+                return None
+            source, dim = part.size_of
+            getter = eval(f"lambda L: {source}", dict(self._env_of(part)))
+            try:
+                actual = getter(f_locals).shape
+            except Exception:  # noqa: BLE001
+                return None
+            expected = _expected_sizes(part.code)
+            if dim is None:
+                if expected is None or len(actual) != len(expected):
+                    return None
+                dims = {i for i, (a, e) in enumerate(zip(actual, expected)) if a != e}
+            else:
+                dims = {dim}
+            result.setdefault(source, set()).update(dims)
+        return result or None
+
+    def _env_of(self, part):
+        for p, f in self._parts:
+            if p is part:
+                return f.__globals__
+        return {}
+
+    def __str__(self):
+        return self.source_text or "True"
+
+
+def _expected_sizes(code: str):
+    try:
+        return eval(code.rsplit("==", 1)[1], {})
+    except Exception:  # noqa: BLE001
         return None

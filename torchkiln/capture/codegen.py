@@ -1,0 +1,164 @@
+"""The transformed code of a captured frame.
+
+Rather than emitting bytecode for the whole frame, the transformed code is a Python
+closure over *recipes* (``rt -> value``) built from trackers: it reads the graph inputs
+from ``f_locals`` through their sources, runs the compiled graph, replays side effects,
+rebuilds the values the rest of the frame needs (graph outputs, values read from
+sources, containers and objects made in the frame), and either returns the frame's
+result or — at a graph break — runs the breaking instruction in Python and calls the
+resume function (see :mod:`.resume`), through the frontend's ``compile_wrapper`` so the
+rest is captured as its own frame.  This is TorchDynamo's PyCodegen plus its
+transformed-code prologue/epilogue, expressed as closures.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+
+from .source import compile_getter
+
+
+class Runtime:
+    """Per-call state of the transformed code."""
+
+    __slots__ = ("L", "outs", "memo", "entered")
+
+    def __init__(self, L, outs):
+        self.L = L
+        self.outs = outs
+        self.memo = {}
+        self.entered = []
+
+
+class RuntimeCodegen:
+    """Builds recipes for trackers and collects the graph outputs they need."""
+
+    def __init__(self, tx):
+        self.tx = tx
+        self.output = tx.output
+        self.outputs = []
+        self._out_index: dict = {}
+        self._recipes: dict[int, object] = {}
+
+    def recipe(self, vt):
+        from .symbolic_convert import LazyLocal
+        from .variables.containers import BaseListVariable, DictVariable, ListIteratorVariable, SetVariable
+        from .variables.user_defined import NewObjectVariable
+
+        if isinstance(vt, LazyLocal):
+            return self.from_source(vt.source)
+        key = id(vt)
+        if key in self._recipes:
+            return self._recipes[key]
+        inner = vt.reconstruct(self)
+        if isinstance(vt, (BaseListVariable, DictVariable, SetVariable, NewObjectVariable, ListIteratorVariable)):
+            def memoized(rt, inner=inner, key=key):
+                value = rt.memo.get(key, rt)
+                if value is rt:
+                    value = rt.memo[key] = inner(rt)
+                return value
+            result = memoized
+        else:
+            result = inner
+        self._recipes[key] = result
+        return result
+
+    def graph_output(self, vt):
+        node = vt.node
+        if node.op == "placeholder" and vt.source is not None:
+            return self.from_source(vt.source)
+        idx = self._out_index.get(node)
+        if idx is None:
+            idx = self._out_index[node] = len(self.outputs)
+            self.outputs.append(vt)
+        return lambda rt: rt.outs[idx]
+
+    def from_source(self, source):
+        getter = compile_getter(source, self.output.guards.env)
+        return lambda rt: getter(rt.L)
+
+    def is_mutated(self, vt) -> bool:
+        return self.output.side_effects.is_mutated(vt)
+
+    def contents_recipe(self, vt):
+        """The new contents of a mutated pre-existing container (list / dict / set)."""
+        from .variables.containers import DictVariable
+
+        if isinstance(vt, DictVariable):
+            pairs = [(self.recipe(k), self.recipe(v)) for k, v in vt.items.values()]
+            return lambda rt: {k(rt): v(rt) for k, v in pairs}
+        if hasattr(vt, "items") and isinstance(vt.items, dict):
+            recipes = [self.recipe(v) for v in vt.items.values()]
+        elif hasattr(vt, "items"):
+            recipes = [self.recipe(v) for v in vt.items]
+        else:
+            return lambda rt: None
+        return lambda rt: [r(rt) for r in recipes]
+
+    def reenter(self, ctx):
+        """Recipe entering a real copy of a context manager; yields its ``__exit__``."""
+        make = ctx.make_real
+
+        def enter(rt):
+            real = make()
+            real.__enter__()
+            rt.entered.append(real)
+            return real.__exit__
+        return enter
+
+    def inputs_getter(self):
+        sources = [i.source for i in self.output.inputs]
+        return eval(f"lambda L: ({''.join(s + ', ' for s in sources)})", self.output.guards.env)
+
+
+def returning_code(compiled, inputs, side_effects, result):
+    """Transformed code of a frame captured to its end."""
+    def run(L):
+        rt = Runtime(L, compiled(*inputs(L)))
+        if side_effects is not None:
+            side_effects(rt)
+        return result(rt)
+    return run
+
+
+def breaking_code(compiled, inputs, side_effects, stack, local_values, step):
+    """Transformed code of a frame that graph-breaks: graph, then ``step`` in Python,
+    then the resume function ``step`` chooses."""
+    def run(L):
+        rt = Runtime(L, compiled(*inputs(L)))
+        if side_effects is not None:
+            side_effects(rt)
+        values = [r(rt) for r in stack]
+        locals_ = [r(rt) for r in local_values]
+        try:
+            values, resume = step(rt, values)
+        except BaseException as e:
+            for ctx in reversed(rt.entered):
+                ctx.__exit__(type(e), e, e.__traceback__)
+            raise
+        return resume(*values, *locals_)
+    return run
+
+
+def wrap_callee(fn, compile_wrapper):
+    """How the breaking call is made: user Python functions (and the forward of a module
+    without hooks) go through ``compile_wrapper`` so they are captured as their own frame."""
+    if isinstance(fn, types.FunctionType) and _wants_frame(fn):
+        return compile_wrapper(fn)
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType) and _wants_frame(fn.__func__):
+        return types.MethodType(compile_wrapper(fn.__func__), fn.__self__)
+    if isinstance(fn, torch.nn.Module) and not (fn._forward_hooks or fn._forward_pre_hooks) and not (
+            torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks):
+        forward = fn.forward
+        if isinstance(forward, types.MethodType) and isinstance(forward.__func__, types.FunctionType) \
+                and _wants_frame(forward.__func__) and not isinstance(fn, torch.nn.modules.lazy.LazyModuleMixin):
+            return types.MethodType(compile_wrapper(forward.__func__), fn)
+    return fn
+
+
+def _wants_frame(fn) -> bool:
+    module = fn.__module__ or ""
+    if getattr(fn, "_torchkiln_disable", False) or getattr(fn, "_torchkiln_graph_break", False):
+        return False
+    return not module.startswith(("torch.", "torchkiln", "logging", "warnings")) and module != "torch"

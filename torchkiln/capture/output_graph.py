@@ -1,0 +1,196 @@
+"""The FX graph being built for one frame, its inputs, and compiling it with the backend.
+
+Mirrors TorchDynamo's OutputGraph: placeholders carry ``meta["example_value"]`` (a
+FakeTensor from the frame's FakeTensorMode/ShapeEnv, or a SymInt) and ``meta["source"]``;
+every op is run on fake values as it is recorded; the graph returns a tuple; the
+backend gets ``(gm, example_inputs)`` with the real input values.  A backend that raises
+falls back to running the graph as it is (eager) with one warning, or raises
+:class:`torchkiln.exc.BackendCompilerFailed` when ``config.suppress_errors`` is False.
+"""
+from __future__ import annotations
+
+import operator
+import warnings
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from ..config import config
+from ..exc import BackendCompilerFailed, Unsupported
+from ..utils.counters import counters
+from ..utils.logging import get_artifact_logger
+from .side_effects import SideEffects
+from .variables.base import ConstantVariable, unsupported
+
+graph_code_log = get_artifact_logger("graph_code")
+
+
+class GraphInput:
+    """One placeholder: its node, source name and the real value of the triggering call."""
+
+    def __init__(self, node, source, value):
+        self.node = node
+        self.source = source
+        self.value = value
+
+
+class OutputGraph:
+    def __init__(self, code_name: str):
+        self.graph = torch.fx.Graph()
+        self.shape_env = ShapeEnv()
+        self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=False)
+        self.inputs: list[GraphInput] = []
+        self.side_effects = SideEffects()
+        self.source_cache: dict[str, object] = {}
+        self.id_cache: dict[int, object] = {}
+        self.code_name = code_name
+        self._last_placeholder = None
+        self.symbol_sources: dict = {}  # sympy symbol -> (source name, dim)
+
+    # -- nodes -------------------------------------------------------------------------
+    def add_placeholder(self, source: str, value, example):
+        name = "".join(c if c.isalnum() else "_" for c in source).strip("_").lower() or "arg"
+        if self._last_placeholder is not None:
+            ctx = self.graph.inserting_after(self._last_placeholder)
+        elif len(self.graph.nodes):
+            ctx = self.graph.inserting_before(next(iter(self.graph.nodes)))
+        else:
+            ctx = self.graph.inserting_before(None)
+        with ctx:
+            node = self.graph.placeholder(name)
+        node.meta["example_value"] = example
+        node.meta["source"] = source
+        self._last_placeholder = node
+        self.inputs.append(GraphInput(node, source, value))
+        return node
+
+    def create_node(self, op, target, args, kwargs, example=None):
+        node = self.graph.create_node(op, target, args, kwargs)
+        node.meta["example_value"] = example
+        return node
+
+    def _map(self, vt):
+        """(fx argument, fake value) for a tracker used as an op argument."""
+        from .variables.containers import BaseListVariable, DictVariable, SliceVariable
+        from .variables.tensor import SymNodeVariable, TensorVariable
+
+        if isinstance(vt, (TensorVariable, SymNodeVariable)):
+            return vt.node, vt.example
+        if isinstance(vt, ConstantVariable):
+            return vt.value, vt.value
+        if isinstance(vt, BaseListVariable):
+            pairs = [self._map(i) for i in vt.items]
+            ctype = tuple if vt.container_type is torch.Size else vt.container_type
+            if vt.container_type is torch.Size:
+                return tuple(p[0] for p in pairs), torch.Size([p[1] for p in pairs])
+            return ctype(p[0] for p in pairs), ctype(p[1] for p in pairs)
+        if isinstance(vt, SliceVariable):
+            pairs = [self._map(p) for p in vt.parts]
+            return slice(*[p[0] for p in pairs]), slice(*[p[1] for p in pairs])
+        if isinstance(vt, DictVariable) and vt.is_python_constant():
+            value = vt.as_python_constant()
+            return value, value
+        if isinstance(vt, DictVariable):
+            pairs = {k.as_python_constant(): self._map(v) for k, v in vt.items.values()}
+            return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
+        if vt.is_python_constant():
+            value = vt.as_python_constant()
+            return value, value
+        unsupported(f"{vt} as an argument of a graph op")
+
+    def call_function(self, tx, fn, args, kwargs):
+        return self._call(tx, "call_function", fn, args, kwargs)
+
+    def call_method(self, tx, name, args, kwargs):
+        return self._call(tx, "call_method", name, args, kwargs)
+
+    def _call(self, tx, op, target, args, kwargs):
+        node_args, fake_args = zip(*[self._map(a) for a in args]) if args else ((), ())
+        node_kwargs = {}
+        fake_kwargs = {}
+        for k, v in kwargs.items():
+            node_kwargs[k], fake_kwargs[k] = self._map(v)
+        try:
+            with self.fake_mode:
+                if op == "call_function":
+                    example = target(*fake_args, **fake_kwargs)
+                else:
+                    example = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+        except Unsupported:
+            raise
+        except Exception as e:  # noqa: BLE001 - the op is replayed natively after the break
+            name = getattr(target, "__name__", target)
+            raise Unsupported(f"{name} failed on fake tensors ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+        node = self.create_node(op, target, tuple(node_args), node_kwargs, example)
+        return self.wrap_result(tx, node, example)
+
+    def wrap_result(self, tx, node, example):
+        """Tracker for an op's result; non-tensor constant results drop their node."""
+        from .variables.containers import NamedTupleVariable, SizeVariable, TupleVariable, ListVariable
+        from .variables.tensor import SymNodeVariable, TensorVariable
+
+        if isinstance(example, torch.Tensor):
+            return TensorVariable(node, example)
+        if isinstance(example, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            const = example.node.maybe_as_int() if isinstance(example, torch.SymInt) else None
+            if const is not None:
+                self._drop(node)
+                return ConstantVariable(const)
+            return SymNodeVariable(node, example)
+        if isinstance(example, (tuple, list)) and any(_contains_graph_value(e) for e in example):
+            items = []
+            for i, e in enumerate(example):
+                sub = self.create_node("call_function", operator.getitem, (node, i), {}, e)
+                items.append(self.wrap_result(tx, sub, e))
+            if isinstance(example, torch.Size):
+                return SizeVariable(items)
+            if isinstance(example, tuple) and hasattr(type(example), "_fields") or type(example).__module__ == "torch.return_types":
+                return NamedTupleVariable(items, type(example))
+            return TupleVariable(items) if isinstance(example, tuple) else ListVariable(items)
+        self._drop(node)
+        from .variables.builder import wrap_constant_like
+
+        return wrap_constant_like(tx, example)
+
+    def _drop(self, node):
+        if not node.users:
+            self.graph.erase_node(node)
+
+    # -- compiling -----------------------------------------------------------------------
+    def count_ops(self) -> int:
+        return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+
+    def compile(self, backend, output_vts):
+        """Add the output node (a tuple of ``output_vts``) and compile with ``backend``.
+
+        Returns ``(compiled_fn, gm)``; graphs without ops are run as they are and not
+        counted (torch does not call the backend for them either).
+        """
+        self.graph.output(tuple(vt.node for vt in output_vts))
+        self.graph.eliminate_dead_code()
+        gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name="GraphModule")
+        gm.meta["torchkiln_sources"] = [i.source for i in self.inputs]
+        if self.count_ops() == 0:
+            return gm.forward, None
+        counters["stats"]["unique_graphs"] += 1
+        graph_code_log.debug("TRACED GRAPH %s\n%s", self.code_name, gm.print_readable(print_output=False))
+        example_inputs = [i.value for i in self.inputs]
+        try:
+            compiled = backend(gm, example_inputs)
+        except Exception as e:  # noqa: BLE001
+            name = getattr(backend, "__name__", type(backend).__name__)
+            if not config.suppress_errors:
+                raise BackendCompilerFailed(name, e) from e
+            warnings.warn(f"torchkiln: backend {name!r} raised {type(e).__name__}: {e}; running the graph eagerly")
+            compiled = gm.forward
+        return compiled, gm
+
+
+def _contains_graph_value(value) -> bool:
+    if isinstance(value, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_contains_graph_value(v) for v in value)
+    return False

@@ -1,0 +1,64 @@
+"""Resume functions: the rest of a frame's bytecode after a graph break.
+
+A resume function's code is the original code object with a prologue: it takes the
+values live on the stack (``___stack0``…, NULLs are re-pushed with PUSH_NULL) and the
+live locals as parameters, pushes the stack, and jumps to the instruction after the
+break.  The original exception table is kept, so ``with``/``try`` regions around the
+resume point still work (as TorchDynamo's ``ContinueExecutionCache`` arranges).
+Code objects are cached per (code, resume position, stack layout, live locals) so
+the frontend's per-code cache is shared across recompiles.
+"""
+from __future__ import annotations
+
+import types
+
+from bytecode import Bytecode, Instr, Label
+
+_cache: dict[tuple, types.CodeType] = {}
+
+
+def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ...], local_names: tuple[str, ...],
+                lineno: int) -> types.CodeType:
+    """Code resuming ``code`` at item ``position`` of ``Bytecode.from_code(code)``.
+
+    ``stack_nulls[i]`` is True where stack slot ``i`` holds CPython's NULL.  The new code
+    takes ``(*non-null stack values, *local_names)`` positionally.
+    """
+    key = (code, position, stack_nulls, local_names)
+    cached = _cache.get(key)
+    if cached is not None:
+        return cached
+    bc = Bytecode.from_code(code)
+    items = list(bc)
+    header_end = next(i for i, ins in enumerate(items) if isinstance(ins, Instr) and ins.name == "RESUME")
+    target = Label()
+    body = items[header_end + 1:]
+    body.insert(position - header_end - 1, target)
+    stack_names = [f"___stack{i}" for i, null in enumerate(stack_nulls) if not null]
+    prologue = []
+    names = iter(stack_names)
+    for null in stack_nulls:
+        prologue.append(Instr("PUSH_NULL", lineno=lineno) if null else Instr("LOAD_FAST", next(names), lineno=lineno))
+    prologue.append(Instr("JUMP_FORWARD", target, lineno=lineno))
+    new = Bytecode(items[: header_end + 1] + prologue + body)
+    new.argnames = stack_names + list(local_names)
+    new.argcount = len(new.argnames)
+    new.posonlyargcount = 0
+    new.kwonlyargcount = 0
+    new.name = f"torchkiln_resume_in_{code.co_name}_at_{lineno}"
+    if hasattr(new, "qualname"):
+        new.qualname = new.name
+    new.filename = bc.filename
+    new.first_lineno = bc.first_lineno
+    new.flags = bc.flags & ~0x0C  # no *args / **kwargs
+    new.freevars = list(bc.freevars)
+    new.cellvars = list(bc.cellvars)
+    new.docstring = None
+    result = new.to_code(stacksize=code.co_stacksize + len(stack_nulls) + 2, compute_exception_stack_depths=False)
+    _cache[key] = result
+    return result
+
+
+def resume_function(fn: types.FunctionType, position: int, stack_nulls, local_names, lineno) -> types.FunctionType:
+    code = resume_code(fn.__code__, position, tuple(stack_nulls), tuple(local_names), lineno)
+    return types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)

@@ -1,0 +1,1133 @@
+"""The symbolic bytecode interpreter (TorchDynamo's InstructionTranslator).
+
+:class:`InstructionTranslator` walks one frame's instructions (CPython 3.11 and 3.12,
+decoded with the ``bytecode`` library) over a stack of variable trackers, recording
+tensor operations into the frame's :class:`~.output_graph.OutputGraph` and guards as
+values are read.  Calls to user functions are inlined by a nested
+:class:`InliningInstructionTranslator`.  When an instruction cannot be traced, the
+frame is re-traced and stopped at that instruction: the graph so far is compiled and
+the transformed code runs the instruction in Python, then continues in a resume
+function (see :mod:`.codegen` and :mod:`.resume`).
+"""
+from __future__ import annotations
+
+import dis
+import operator
+import sys
+import types
+
+import torch
+from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
+from bytecode.instr import CellVar, FreeVar
+
+from ..exc import Unsupported
+from .source import attr_source, global_source, globals_dict_name, item_source, local_source
+from .variables.base import NULL, CellVariable, ConstantVariable, NullVariable, VariableTracker, unsupported
+from .variables.builder import wrap, wrap_constant_like
+from .variables.builtin import BuiltinVariable
+from .variables.containers import (BaseListVariable, DictVariable, ListIteratorVariable, ListVariable,
+                                   SetVariable, SliceVariable, TupleVariable, dict_key)
+from .variables.ctx_manager import AutocastVariable, GradModeVariable, WithExitVariable
+from .variables.functions import (BaseUserFunctionVariable, NestedUserFunctionVariable, UserFunctionVariable,
+                                  bind_args)
+from .variables.misc import SuperVariable
+from .variables.nn_module import NNModuleVariable
+from .variables.tensor import SymNodeVariable, TensorVariable
+from .variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
+
+PY312 = sys.version_info >= (3, 12)
+MAX_INLINE_DEPTH = 48
+
+_BINARY = {
+    "ADD": operator.add, "SUBTRACT": operator.sub, "MULTIPLY": operator.mul, "TRUE_DIVIDE": operator.truediv,
+    "FLOOR_DIVIDE": operator.floordiv, "REMAINDER": operator.mod, "POWER": operator.pow,
+    "MATRIX_MULTIPLY": operator.matmul, "AND": operator.and_, "OR": operator.or_, "XOR": operator.xor,
+    "LSHIFT": operator.lshift, "RSHIFT": operator.rshift,
+    "INPLACE_ADD": operator.iadd, "INPLACE_SUBTRACT": operator.isub, "INPLACE_MULTIPLY": operator.imul,
+    "INPLACE_TRUE_DIVIDE": operator.itruediv, "INPLACE_FLOOR_DIVIDE": operator.ifloordiv,
+    "INPLACE_REMAINDER": operator.imod, "INPLACE_POWER": operator.ipow, "INPLACE_MATRIX_MULTIPLY": operator.imatmul,
+    "INPLACE_AND": operator.iand, "INPLACE_OR": operator.ior, "INPLACE_XOR": operator.ixor,
+    "INPLACE_LSHIFT": operator.ilshift, "INPLACE_RSHIFT": operator.irshift,
+}
+_INPLACE_TO_BINARY = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+                      operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
+                      operator.imod: operator.mod, operator.ipow: operator.pow, operator.imatmul: operator.matmul,
+                      operator.iand: operator.and_, operator.ior: operator.or_, operator.ixor: operator.xor,
+                      operator.ilshift: operator.lshift, operator.irshift: operator.rshift}
+_COMPARE = {"LT": "<", "LE": "<=", "EQ": "==", "NE": "!=", "GT": ">", "GE": ">="}
+_CMP_FN = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+           ">=": operator.ge}
+_DUNDER = {operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__mul__", operator.matmul: "__matmul__",
+           operator.truediv: "__truediv__", operator.eq: "__eq__", operator.ne: "__ne__"}
+
+
+class _Return(Exception):
+    def __init__(self, value):
+        self.value = value
+
+
+class RestartAt(Exception):
+    """Raised by the root translator: re-trace the frame and break at instruction ``ip``."""
+
+    def __init__(self, ip, reason, user_stack):
+        self.ip = ip
+        self.reason = reason
+        self.user_stack = user_stack
+
+
+def decode(code):
+    """Instructions of ``code`` (labels resolved to indices) and their try regions."""
+    bc = Bytecode.from_code(code)
+    instructions, positions, regions = [], [], []
+    labels = {}
+    region_stack = []
+    for pos, item in enumerate(bc):
+        if isinstance(item, Label):
+            labels[item] = len(instructions)
+        elif isinstance(item, TryBegin):
+            region_stack.append(item)
+        elif isinstance(item, TryEnd):
+            if region_stack:
+                region_stack.pop()
+        elif isinstance(item, Instr):
+            instructions.append(item)
+            positions.append(pos)
+            regions.append(region_stack[-1] if region_stack else None)
+    return bc, instructions, positions, regions, labels
+
+
+class InstructionTranslatorBase:
+    def __init__(self, code, f_globals, symbolic_locals, output, root, cells, depth=0):
+        self.code = code
+        self.bc, self.instructions, self.positions, self.regions, self.labels = decode(code)
+        self.f_globals = f_globals
+        self.symbolic_locals: dict[str, VariableTracker] = symbolic_locals
+        self.output = output
+        self.root = root
+        self.cells: dict[str, object] = cells  # name -> CellVariable | RealCell
+        self.stack: list[VariableTracker] = []
+        self.ip = 0
+        self.kw_names = None
+        self.depth = depth
+        self.lineno = code.co_firstlineno
+        self.yielded = None
+
+    # -- driver ---------------------------------------------------------------------------
+    def user_stack(self) -> str:
+        return f"{self.code.co_filename}:{self.lineno}"
+
+    def push(self, vt):
+        self.stack.append(vt)
+
+    def pop(self):
+        return self.stack.pop()
+
+    def popn(self, n):
+        if n == 0:
+            return []
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        return items
+
+    def jump(self, inst):
+        self.ip = self.labels[inst.arg]
+
+    def step(self):
+        inst = self.instructions[self.ip]
+        if inst.lineno is not None:
+            self.lineno = inst.lineno
+        self.ip += 1
+        handler = getattr(self, inst.name, None)
+        if handler is None:
+            unsupported(f"unsupported bytecode {inst.name}")
+        handler(inst)
+
+    def run_body(self):
+        try:
+            while True:
+                start = self.ip
+                try:
+                    self.step()
+                except Unsupported as e:
+                    if not hasattr(e, "user_stack"):
+                        e.user_stack = self.user_stack()
+                    self.on_unsupported(start, e)
+                    raise
+        except _Return as r:
+            return r.value
+
+    def on_unsupported(self, ip, e):
+        pass
+
+    # -- globals, locals, cells -----------------------------------------------------------
+    def globals_name(self):
+        if self.f_globals is self.root.f_globals:
+            return "G"
+        name = globals_dict_name(self.f_globals.get("__name__", "mod"))
+        self.output.guards.env[name] = self.f_globals
+        return name
+
+    def load_global(self, name):
+        pending = self.output.side_effects.load_global(self.f_globals, name)
+        if pending is not None:
+            return pending
+        if name in self.f_globals:
+            return wrap(self, self.f_globals[name], global_source(name, self.globals_name()))
+        builtins_dict = self.f_globals.get("__builtins__", __builtins__)
+        if isinstance(builtins_dict, types.ModuleType):
+            builtins_dict = builtins_dict.__dict__
+        if name in builtins_dict:
+            return wrap_constant_like(self, builtins_dict[name])
+        unsupported(f"NameError: name '{name}' is not defined")
+
+    def _cell(self, arg):
+        name = arg.name if isinstance(arg, (CellVar, FreeVar)) else arg
+        cell = self.cells.get(name)
+        if cell is None:
+            unsupported(f"unknown cell {name}")
+        return cell
+
+    # -- generic operations used by trackers ----------------------------------------------
+    def call(self, fn_vt, args, kwargs):
+        return fn_vt.call_function(self, list(args), dict(kwargs))
+
+    def getattr(self, obj, name):
+        return obj.var_getattr(self, name)
+
+    def attr_error_is_fatal(self, obj, name):
+        return False
+
+    def hasattr(self, obj, name):
+        value = getattr(obj, "value", None)
+        if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)) and value is not None:
+            if self.output.side_effects.load_attr(obj, name) is not None:
+                return True
+            result = hasattr(value, name)
+            if obj.source is not None:
+                self.output.guards.add(f"hasattr({obj.source}, {name!r}) is {result}")
+            return result
+        if isinstance(obj, TensorVariable):
+            return hasattr(obj.example, name)
+        if isinstance(obj, NewObjectVariable):
+            return name in obj.attrs or hasattr(obj.cls, name)
+        if obj.is_python_constant():
+            return hasattr(obj.as_python_constant(), name)
+        try:
+            obj.var_getattr(self, name)
+            return True
+        except Unsupported:
+            return False
+
+    def setattr(self, obj, name, value):
+        if isinstance(obj, NewObjectVariable):
+            obj.store_attr(self, name, value)
+            return
+        if isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)) and obj.source is not None:
+            from .variables.user_defined import mro_lookup
+
+            setter = mro_lookup(type(obj.value), "__setattr__")
+            if setter not in (object.__setattr__, torch.nn.Module.__setattr__):
+                unsupported(f"custom __setattr__ on {type(obj.value).__name__}")
+            self.output.side_effects.store_attr(obj, name, value)
+            return
+        unsupported(f"setattr on {obj}")
+
+    def isinstance_check(self, vt, cls_vt):
+        cls = cls_vt.as_python_constant()
+        if isinstance(vt, NullVariable):
+            return False
+        return issubclass(vt.python_type(), cls) if isinstance(cls, type) else any(
+            issubclass(vt.python_type(), c) for c in _flatten_types(cls))
+
+    def contains(self, items, x):
+        from .variables.builtin import vt_equal
+
+        if isinstance(x, (TensorVariable,)):
+            return ConstantVariable(any(i is x for i in items))
+        return ConstantVariable(any(vt_equal(self, i, x) for i in items))
+
+    def getitem(self, obj, index):
+        if isinstance(obj, (TensorVariable,)):
+            return obj.call_method(self, "__getitem__", [index], {})
+        if isinstance(obj, (BaseListVariable, DictVariable)):
+            return obj.call_method(self, "__getitem__", [index], {})
+        return obj.call_method(self, "__getitem__", [index], {})
+
+    def binary_op(self, op, a, b):
+        if a.is_python_constant() and b.is_python_constant():
+            try:
+                return wrap_constant_like(self, op(a.as_python_constant(), b.as_python_constant()))
+            except Exception as e:  # noqa: BLE001
+                unsupported(f"{op.__name__} raised {type(e).__name__}: {e}")
+        if isinstance(a, (TensorVariable, SymNodeVariable)) or isinstance(b, (TensorVariable, SymNodeVariable)):
+            if op in _INPLACE_TO_BINARY and not isinstance(a, TensorVariable):
+                op = _INPLACE_TO_BINARY[op]
+            return self.output.call_function(self, op, [a, b], {})
+        base = _INPLACE_TO_BINARY.get(op, op)
+        if isinstance(a, ListVariable) and op is operator.iadd:
+            return a.call_method(self, "__iadd__", [b], {})
+        if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable) and base is operator.add:
+            if type(a) is not type(b) and not (a.container_type is b.container_type):
+                unsupported("concatenating different sequence types")
+            return (ListVariable if a.container_type is list else TupleVariable)(a.items + b.items)
+        if isinstance(a, BaseListVariable) and base is operator.mul and b.is_python_constant():
+            return (ListVariable if a.container_type is list else TupleVariable)(a.items * b.as_python_constant())
+        if isinstance(a, DictVariable) and base is operator.or_:
+            return a.call_method(self, "__or__", [b], {})
+        if isinstance(a, SetVariable) and base in (operator.or_, operator.and_, operator.sub):
+            name = {operator.or_: "__or__", operator.and_: "__and__", operator.sub: "__sub__"}[base]
+            return a.call_method(self, name, [b], {})
+        if base in (operator.eq, operator.ne):
+            return self.compare_op("==" if base is operator.eq else "!=", a, b)
+        dunder = _DUNDER.get(base)
+        if dunder and isinstance(a, (UserDefinedObjectVariable, NewObjectVariable, NNModuleVariable)):
+            return a.call_method(self, dunder, [b], {})
+        unsupported(f"{base.__name__} on {a} and {b}")
+
+    def compare_op(self, op, a, b):
+        from .variables.builtin import vt_equal
+
+        if op in ("is", "is not"):
+            if a.is_python_constant() and b.is_python_constant():
+                result = a.as_python_constant() is b.as_python_constant()
+            elif a is b:
+                result = True
+            elif hasattr(a, "value") and hasattr(b, "value") and not isinstance(a, ConstantVariable) \
+                    and not isinstance(b, ConstantVariable):
+                result = a.value is b.value
+            else:
+                result = False
+            return ConstantVariable(result if op == "is" else not result)
+        if op in ("in", "not in"):
+            if isinstance(b, (BaseListVariable,)):
+                result = self.contains(b.items, a).value
+            elif isinstance(b, (DictVariable, SetVariable)):
+                result = dict_key(a) in b.items
+            elif isinstance(b, (NNModuleVariable,)) or getattr(b, "python_type", None) and not b.is_python_constant():
+                result = b.call_method(self, "__contains__", [a], {}).as_python_constant()
+            else:
+                result = a.as_python_constant() in b.as_python_constant()
+            return ConstantVariable(result if op == "in" else not result)
+        fn = _CMP_FN[op]
+        if a.is_python_constant() and b.is_python_constant():
+            try:
+                return ConstantVariable(fn(a.as_python_constant(), b.as_python_constant()))
+            except Exception as e:  # noqa: BLE001
+                unsupported(f"comparison raised {type(e).__name__}: {e}")
+        if isinstance(a, (TensorVariable, SymNodeVariable)) or isinstance(b, (TensorVariable, SymNodeVariable)):
+            return self.output.call_function(self, fn, [a, b], {})
+        if op in ("==", "!="):
+            if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable):
+                equal = len(a.items) == len(b.items) and all(
+                    self.compare_op("==", x, y).truth(self) for x, y in zip(a.items, b.items))
+                return ConstantVariable(equal if op == "==" else not equal)
+            if isinstance(a, ConstantVariable) or isinstance(b, ConstantVariable) or (
+                    hasattr(a, "value") and hasattr(b, "value")):
+                equal = vt_equal(self, a, b)
+                return ConstantVariable(equal if op == "==" else not equal)
+        unsupported(f"comparison {op} between {a} and {b}")
+
+    def inline_user_function(self, fn_vt, args, kwargs):
+        if self.depth >= MAX_INLINE_DEPTH:
+            unsupported("inlining too deep (recursion)")
+        code = fn_vt.get_code()
+        if code.co_flags & (inspect_CO_COROUTINE | inspect_CO_ASYNC_GEN | inspect_CO_ITERABLE_COROUTINE):
+            unsupported("inlining a coroutine")
+        if isinstance(fn_vt, UserFunctionVariable):
+            fn = fn_vt.fn
+            src = fn_vt.source
+            if (fn.__module__ or "").startswith(("logging", "warnings")):
+                unsupported(f"call to {fn.__module__}.{fn.__qualname__} (logging/warnings)")
+            defaults = [wrap(self, d, item_source(attr_source(src, "__defaults__"), i)) if src else
+                        wrap_constant_like(self, d) for i, d in enumerate(fn.__defaults__ or ())]
+            kwdefaults = {k: wrap_constant_like(self, v) for k, v in (fn.__kwdefaults__ or {}).items()}
+            cells = {}
+            for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
+                cells[name] = RealCell(cell, f"{src}.__closure__[{i}].cell_contents" if src else None)
+            f_globals = fn.__globals__
+            name = fn.__qualname__
+        else:
+            defaults = fn_vt.defaults.items if fn_vt.defaults is not None else []
+            kwdefaults = ({k.as_python_constant(): v for k, v in fn_vt.kwdefaults.items.values()}
+                          if fn_vt.kwdefaults is not None else {})
+            cells = {}
+            for name_, cell in zip(code.co_freevars, fn_vt.closure.items if fn_vt.closure else ()):
+                cells[name_] = cell
+            f_globals = fn_vt.f_globals
+            name = fn_vt.qualname
+        bound = bind_args(self, code, defaults, kwdefaults, args, kwargs, name)
+        sub = InliningInstructionTranslator(code, f_globals, bound, self.output, self.root, cells, self.depth + 1)
+        sub.parent = self
+        if code.co_flags & 0x20:  # CO_GENERATOR: run to the end, collect what it yields
+            sub.yielded = []
+            sub.run_body()
+            return ListIteratorVariable(sub.yielded)
+        return sub.run_body()
+
+    # -- opcodes: stack and constants ------------------------------------------------------
+    def NOP(self, inst): pass
+    def RESUME(self, inst): pass
+    def EXTENDED_ARG(self, inst): pass
+    def CACHE(self, inst): pass
+    def PRECALL(self, inst): pass
+
+    def POP_TOP(self, inst):
+        self.pop()
+
+    def PUSH_NULL(self, inst):
+        self.push(NULL)
+
+    def COPY(self, inst):
+        self.push(self.stack[-inst.arg])
+
+    def SWAP(self, inst):
+        self.stack[-1], self.stack[-inst.arg] = self.stack[-inst.arg], self.stack[-1]
+
+    def LOAD_CONST(self, inst):
+        self.push(wrap_constant_like(self, inst.arg) if isinstance(inst.arg, (tuple, frozenset)) else ConstantVariable(inst.arg))
+
+    def RETURN_CONST(self, inst):
+        self.push(ConstantVariable(inst.arg))
+        self.RETURN_VALUE(inst)
+
+    def RETURN_VALUE(self, inst):
+        raise _Return(self.pop())
+
+    def RETURN_GENERATOR(self, inst):
+        self.push(ConstantVariable(None))
+
+    def YIELD_VALUE(self, inst):
+        if self.yielded is None:
+            unsupported("yield in a compiled frame")
+        self.yielded.append(self.pop())
+        self.push(ConstantVariable(None))
+
+    # -- locals ----------------------------------------------------------------------------
+    def LOAD_FAST(self, inst):
+        name = inst.arg
+        if name not in self.symbolic_locals:
+            unsupported(f"UnboundLocalError: local variable '{name}' referenced before assignment")
+        value = self.symbolic_locals[name]
+        if isinstance(value, LazyLocal):
+            value = self.symbolic_locals[name] = self.resolve(value)
+        self.push(value)
+
+    LOAD_FAST_CHECK = LOAD_FAST
+
+    def LOAD_FAST_AND_CLEAR(self, inst):
+        self.push(self.resolve(self.symbolic_locals.pop(inst.arg, NULL)))
+
+    def resolve(self, value):
+        """The tracker of a local, wrapping an argument on its first read (installing guards)."""
+        if isinstance(value, LazyLocal):
+            return wrap(self, value.value, value.source)
+        return value
+
+    def STORE_FAST(self, inst):
+        value = self.pop()
+        if isinstance(value, NullVariable):
+            self.symbolic_locals.pop(inst.arg, None)
+        else:
+            self.symbolic_locals[inst.arg] = value
+
+    STORE_FAST_MAYBE_NULL = STORE_FAST
+
+    def DELETE_FAST(self, inst):
+        self.symbolic_locals.pop(inst.arg, None)
+
+    def MAKE_CELL(self, inst):
+        name = inst.arg.name
+        value = self.symbolic_locals.pop(name, None)
+        self.cells[name] = CellVariable(self.resolve(value) if value is not None else None)
+
+    def COPY_FREE_VARS(self, inst):
+        pass
+
+    def LOAD_CLOSURE(self, inst):
+        self.push(self._cell(inst.arg))
+
+    def LOAD_DEREF(self, inst):
+        cell = self._cell(inst.arg)
+        if isinstance(cell, CellVariable):
+            if cell.value is None:
+                unsupported(f"free variable '{inst.arg.name}' referenced before assignment")
+            self.push(cell.value)
+        else:
+            self.push(cell.load(self))
+
+    def STORE_DEREF(self, inst):
+        cell = self._cell(inst.arg)
+        value = self.pop()
+        if isinstance(cell, CellVariable):
+            cell.value = value
+        else:
+            cell.store(self, value)
+
+    def LOAD_GLOBAL(self, inst):
+        push_null, name = inst.arg if isinstance(inst.arg, tuple) else (False, inst.arg)
+        if push_null and not PY312:
+            self.push(NULL)
+        value = self.load_global(name)
+        if push_null and PY312:
+            self.push(NULL)
+        self.push(value)
+
+    def STORE_GLOBAL(self, inst):
+        gname = self.globals_name()
+        self.output.side_effects.store_global(self.f_globals, gname, inst.arg, self.pop())
+
+    def IMPORT_NAME(self, inst):
+        fromlist = self.pop().as_python_constant()
+        level = self.pop().as_python_constant()
+        module = __import__(inst.arg, self.f_globals, None, fromlist, level)
+        self.push(wrap_constant_like(self, module))
+
+    def IMPORT_FROM(self, inst):
+        self.push(self.getattr(self.stack[-1], inst.arg))
+
+    # -- attributes ------------------------------------------------------------------------
+    def LOAD_ATTR(self, inst):
+        if isinstance(inst.arg, tuple):
+            is_method, name = inst.arg
+        else:
+            is_method, name = False, inst.arg
+        obj = self.pop()
+        value = self.getattr(obj, name)
+        if is_method:
+            self.push(NULL)
+        self.push(value)
+
+    def LOAD_METHOD(self, inst):
+        obj = self.pop()
+        self.push(NULL)
+        self.push(self.getattr(obj, inst.arg))
+
+    def LOAD_SUPER_ATTR(self, inst):
+        is_method, _, name = inst.arg
+        obj = self.pop()
+        cls = self.pop()
+        self.pop()  # the global `super`
+        value = SuperVariable(cls.as_python_constant(), obj).var_getattr(self, name)
+        if is_method:
+            self.push(NULL)
+        self.push(value)
+
+    def STORE_ATTR(self, inst):
+        obj = self.pop()
+        value = self.pop()
+        self.setattr(obj, inst.arg, value)
+
+    # -- operators -------------------------------------------------------------------------
+    def BINARY_OP(self, inst):
+        b = self.pop()
+        a = self.pop()
+        self.push(self.binary_op(_BINARY[inst.arg.name], a, b))
+
+    def BINARY_SUBSCR(self, inst):
+        index = self.pop()
+        obj = self.pop()
+        self.push(self.getitem(obj, index))
+
+    def STORE_SUBSCR(self, inst):
+        index = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        obj.call_method(self, "__setitem__", [index, value], {})
+
+    def DELETE_SUBSCR(self, inst):
+        index = self.pop()
+        obj = self.pop()
+        obj.call_method(self, "__delitem__", [index], {})
+
+    def BINARY_SLICE(self, inst):
+        stop = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        self.push(self.getitem(obj, self._slice([start, stop])))
+
+    def STORE_SLICE(self, inst):
+        stop = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        obj.call_method(self, "__setitem__", [self._slice([start, stop]), value], {})
+
+    def _slice(self, parts):
+        if all(p.is_python_constant() for p in parts):
+            return ConstantVariable(slice(*[p.as_python_constant() for p in parts]))
+        return SliceVariable(parts)
+
+    def BUILD_SLICE(self, inst):
+        self.push(self._slice(self.popn(inst.arg)))
+
+    def UNARY_NEGATIVE(self, inst):
+        self.push(BuiltinVariable(operator.neg).call_function(self, [self.pop()], {}) if not self.stack[-1].is_python_constant()
+                  else ConstantVariable(-self.pop().as_python_constant()))
+
+    def UNARY_POSITIVE(self, inst):
+        value = self.pop()
+        self.push(ConstantVariable(+value.as_python_constant()) if value.is_python_constant()
+                  else self.output.call_function(self, operator.pos, [value], {}))
+
+    def UNARY_INVERT(self, inst):
+        value = self.pop()
+        self.push(ConstantVariable(~value.as_python_constant()) if value.is_python_constant()
+                  else self.output.call_function(self, operator.invert, [value], {}))
+
+    def UNARY_NOT(self, inst):
+        value = self.pop()
+        if isinstance(value, SymNodeVariable):
+            self.push(self.output.call_function(self, operator.not_, [value], {}))
+            return
+        self.push(ConstantVariable(not value.truth(self)))
+
+    def COMPARE_OP(self, inst):
+        b = self.pop()
+        a = self.pop()
+        name = inst.arg.name if hasattr(inst.arg, "name") else dis.cmp_op[inst.arg]
+        self.push(self.compare_op(_COMPARE.get(name, name), a, b))
+
+    def IS_OP(self, inst):
+        b = self.pop()
+        a = self.pop()
+        self.push(self.compare_op("is not" if inst.arg else "is", a, b))
+
+    def CONTAINS_OP(self, inst):
+        b = self.pop()
+        a = self.pop()
+        self.push(self.compare_op("not in" if inst.arg else "in", a, b))
+
+    # -- jumps -----------------------------------------------------------------------------
+    def JUMP_FORWARD(self, inst):
+        self.jump(inst)
+
+    JUMP_BACKWARD = JUMP_BACKWARD_NO_INTERRUPT = JUMP_ABSOLUTE = JUMP = JUMP_FORWARD
+
+    def _pop_jump(self, inst, jump_if):
+        value = self.pop()
+        if jump_if in (None, "not_none"):
+            is_none = isinstance(value, ConstantVariable) and value.value is None
+            if not is_none and value.is_python_constant() and value.as_python_constant() is None:
+                is_none = True
+            if is_none == (jump_if is None):
+                self.jump(inst)
+            return
+        if value.truth(self) == jump_if:
+            self.jump(inst)
+
+    def POP_JUMP_IF_TRUE(self, inst): self._pop_jump(inst, True)
+    def POP_JUMP_IF_FALSE(self, inst): self._pop_jump(inst, False)
+    def POP_JUMP_IF_NONE(self, inst): self._pop_jump(inst, None)
+    def POP_JUMP_IF_NOT_NONE(self, inst): self._pop_jump(inst, "not_none")
+    POP_JUMP_FORWARD_IF_TRUE = POP_JUMP_BACKWARD_IF_TRUE = POP_JUMP_IF_TRUE
+    POP_JUMP_FORWARD_IF_FALSE = POP_JUMP_BACKWARD_IF_FALSE = POP_JUMP_IF_FALSE
+    POP_JUMP_FORWARD_IF_NONE = POP_JUMP_BACKWARD_IF_NONE = POP_JUMP_IF_NONE
+    POP_JUMP_FORWARD_IF_NOT_NONE = POP_JUMP_BACKWARD_IF_NOT_NONE = POP_JUMP_IF_NOT_NONE
+
+    def JUMP_IF_TRUE_OR_POP(self, inst):
+        if self.stack[-1].truth(self):
+            self.jump(inst)
+        else:
+            self.pop()
+
+    def JUMP_IF_FALSE_OR_POP(self, inst):
+        if not self.stack[-1].truth(self):
+            self.jump(inst)
+        else:
+            self.pop()
+
+    # -- iteration -------------------------------------------------------------------------
+    def GET_ITER(self, inst):
+        value = self.pop()
+        if isinstance(value, ListIteratorVariable):
+            self.push(value)
+        else:
+            self.push(ListIteratorVariable(value.unpack_var_sequence(self)))
+
+    def FOR_ITER(self, inst):
+        it = self.stack[-1]
+        if not isinstance(it, ListIteratorVariable):
+            unsupported(f"FOR_ITER over {it}")
+        item = it.next_item(self)
+        if item is None:
+            if PY312:
+                self.push(NULL)  # END_FOR pops the iterator and this
+            else:
+                self.pop()
+            self.jump(inst)
+        else:
+            self.push(item)
+
+    def END_FOR(self, inst):
+        self.popn(2)
+
+    def UNPACK_SEQUENCE(self, inst):
+        seq = self.pop()
+        items = seq.unpack_var_sequence(self)
+        if len(items) != inst.arg:
+            unsupported(f"ValueError: unpacking {len(items)} values into {inst.arg}")
+        for item in reversed(items):
+            self.push(item)
+
+    def UNPACK_EX(self, inst):
+        items = self.pop().unpack_var_sequence(self)
+        before, after = inst.arg & 0xFF, inst.arg >> 8
+        if len(items) < before + after:
+            unsupported("ValueError: not enough values to unpack")
+        middle = ListVariable(items[before: len(items) - after])
+        result = items[:before] + [middle] + items[len(items) - after:]
+        for item in reversed(result):
+            self.push(item)
+
+    # -- building containers ---------------------------------------------------------------
+    def BUILD_TUPLE(self, inst):
+        self.push(TupleVariable(self.popn(inst.arg)))
+
+    def BUILD_LIST(self, inst):
+        self.push(ListVariable(self.popn(inst.arg)))
+
+    def BUILD_SET(self, inst):
+        self.push(SetVariable(self.popn(inst.arg)))
+
+    def BUILD_MAP(self, inst):
+        items = self.popn(2 * inst.arg)
+        self.push(DictVariable.from_pairs(zip(items[::2], items[1::2])))
+
+    def BUILD_CONST_KEY_MAP(self, inst):
+        keys = self.pop().as_python_constant()
+        values = self.popn(inst.arg)
+        self.push(DictVariable.from_pairs([(ConstantVariable(k), v) for k, v in zip(keys, values)]))
+
+    def BUILD_STRING(self, inst):
+        parts = self.popn(inst.arg)
+        self.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
+
+    def FORMAT_VALUE(self, inst):
+        spec = self.pop().as_python_constant() if inst.arg & 0x04 else ""
+        value = self.pop()
+        if not value.is_python_constant():
+            unsupported("f-string of a non-constant value")
+        value = value.as_python_constant()
+        conv = inst.arg & 0x03
+        if conv == 1:
+            value = str(value)
+        elif conv == 2:
+            value = repr(value)
+        elif conv == 3:
+            value = ascii(value)
+        self.push(ConstantVariable(format(value, spec)))
+
+    def LIST_APPEND(self, inst):
+        value = self.pop()
+        self.stack[-inst.arg].call_method(self, "append", [value], {})
+
+    def SET_ADD(self, inst):
+        value = self.pop()
+        self.stack[-inst.arg].call_method(self, "add", [value], {})
+
+    def MAP_ADD(self, inst):
+        value = self.pop()
+        key = self.pop()
+        self.stack[-inst.arg].call_method(self, "__setitem__", [key, value], {})
+
+    def LIST_EXTEND(self, inst):
+        value = self.pop()
+        self.stack[-inst.arg].call_method(self, "extend", [value], {})
+
+    def SET_UPDATE(self, inst):
+        value = self.pop()
+        self.stack[-inst.arg].call_method(self, "update", [value], {})
+
+    def DICT_UPDATE(self, inst):
+        value = self.pop()
+        self.stack[-inst.arg].call_method(self, "update", [value], {})
+
+    DICT_MERGE = DICT_UPDATE
+
+    def LIST_TO_TUPLE(self, inst):
+        self.push(TupleVariable(self.pop().unpack_var_sequence(self)))
+
+    def CALL_INTRINSIC_1(self, inst):
+        kind = int(inst.arg)
+        if kind == 6:  # INTRINSIC_LIST_TO_TUPLE
+            self.LIST_TO_TUPLE(inst)
+        elif kind == 5:  # INTRINSIC_UNARY_POSITIVE
+            self.UNARY_POSITIVE(inst)
+        else:
+            unsupported(f"CALL_INTRINSIC_1 {kind}")
+
+    # -- calls -----------------------------------------------------------------------------
+    def KW_NAMES(self, inst):
+        self.kw_names = inst.arg if isinstance(inst.arg, tuple) else self.code.co_consts[inst.arg]
+
+    def pop_call(self, argc):
+        """Pop a CALL's operands: (fn tracker, positional trackers, keyword trackers)."""
+        kw_names = self.kw_names or ()
+        self.kw_names = None
+        args = self.popn(argc)
+        callable_ = self.pop()
+        maybe_self = self.pop()
+        if not isinstance(maybe_self, NullVariable):
+            fn, args = maybe_self, [callable_] + args
+        else:
+            fn = callable_
+        kwargs = {}
+        if kw_names:
+            kwargs = dict(zip(kw_names, args[len(args) - len(kw_names):]))
+            args = args[: len(args) - len(kw_names)]
+        return fn, args, kwargs
+
+    def CALL(self, inst):
+        fn, args, kwargs = self.pop_call(inst.arg)
+        self.push(self.call_any(fn, args, kwargs))
+
+    def CALL_FUNCTION_EX(self, inst):
+        kwargs_vt = self.pop() if inst.arg & 1 else None
+        args_vt = self.pop()
+        fn = self.pop()
+        if isinstance(self.stack[-1] if self.stack else None, NullVariable):
+            self.pop()
+        args = args_vt.unpack_var_sequence(self)
+        kwargs = {}
+        if kwargs_vt is not None:
+            if not isinstance(kwargs_vt, DictVariable):
+                unsupported("** of a non-dict")
+            kwargs = {k.as_python_constant(): v for k, v in kwargs_vt.items.values()}
+        self.push(self.call_any(fn, args, kwargs))
+
+    def call_any(self, fn, args, kwargs):
+        if isinstance(fn, BuiltinVariable) and fn.fn is super:
+            return self.make_super(args)
+        if isinstance(fn, BuiltinVariable) and fn.fn is object.__setattr__:
+            self.setattr(args[0], args[1].as_python_constant(), args[2])
+            return ConstantVariable(None)
+        return fn.call_function(self, args, kwargs)
+
+    def make_super(self, args):
+        if args:
+            return SuperVariable(args[0].as_python_constant(), args[1])
+        cell = self.cells.get("__class__")
+        if cell is None:
+            unsupported("super() without __class__ cell")
+        cls = cell.value.as_python_constant() if isinstance(cell, CellVariable) else cell.cell.cell_contents
+        first = self.code.co_varnames[0] if self.code.co_argcount else None
+        if first is None:
+            unsupported("super() without arguments")
+        obj = self.resolve(self.symbolic_locals.get(first))
+        if obj is None and first in self.cells:
+            obj = self.cells[first].value
+        return SuperVariable(cls, obj)
+
+    def MAKE_FUNCTION(self, inst):
+        code = self.pop().as_python_constant()
+        flags = inst.arg
+        closure = self.pop() if flags & 0x08 else None
+        if flags & 0x04:
+            self.pop()
+        kwdefaults = self.pop() if flags & 0x02 else None
+        defaults = self.pop() if flags & 0x01 else None
+        self.push(NestedUserFunctionVariable(code, self.f_globals, code.co_qualname, defaults, kwdefaults, closure))
+
+    # -- with blocks -----------------------------------------------------------------------
+    def BEFORE_WITH(self, inst):
+        ctx = self.pop()
+        if not isinstance(ctx, (GradModeVariable, AutocastVariable)):
+            unsupported(f"with-block on {ctx} (only grad-mode and autocast contexts are traced)")
+        exit_vt = ctx.enter(self)
+        self.root.active_contexts.append(ctx)
+        self.push(exit_vt)
+        self.push(ConstantVariable(None))
+
+    def exit_context(self, exit_vt):
+        if self.root.active_contexts and self.root.active_contexts[-1] is exit_vt.ctx:
+            self.root.active_contexts.pop()
+
+
+class RealCell(VariableTracker):
+    """A closure cell of a pre-existing function (read through its source)."""
+
+    def __init__(self, cell, source):
+        self.cell = cell
+        self.source = source
+
+    def load(self, tx):
+        pending = tx.output.side_effects.load_cell(self.cell)
+        if pending is not None:
+            return pending
+        try:
+            value = self.cell.cell_contents
+        except ValueError:
+            unsupported("empty closure cell")
+        return wrap(tx, value, self.source)
+
+    def store(self, tx, value):
+        tx.output.side_effects.store_cell(self.cell, value)
+
+
+class LazyLocal:
+    """An argument of the root frame not read yet (guards are installed on first read)."""
+
+    def __init__(self, value, source):
+        self.value = value
+        self.source = source
+
+
+class InliningInstructionTranslator(InstructionTranslatorBase):
+    """Traces a called user function's bytecode into the caller's graph."""
+
+
+def _flatten_types(cls):
+    if isinstance(cls, tuple):
+        for c in cls:
+            yield from _flatten_types(c)
+    else:
+        yield cls
+
+
+inspect_CO_COROUTINE = 0x80
+inspect_CO_ITERABLE_COROUTINE = 0x100
+inspect_CO_ASYNC_GEN = 0x200
+
+
+class _Finished(Exception):
+    def __init__(self, entry):
+        self.entry = entry
+
+
+_BREAKABLE = {"CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE",
+              "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+              "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"}
+
+
+class InstructionTranslator(InstructionTranslatorBase):
+    """The translator of the frame being captured (the root of inlining)."""
+
+    def __init__(self, fn, f_locals, *, backend, fullgraph, dynamic, compile_wrapper, break_points):
+        from .guards import GuardBuilder
+        from .output_graph import OutputGraph
+
+        code = fn.__code__
+        output = OutputGraph(code.co_name)
+        output.guards = GuardBuilder({"G": fn.__globals__})
+        output.tensor_inputs = []
+        self.fn = fn
+        self.backend = backend
+        self.fullgraph = fullgraph
+        self.dynamic = dynamic
+        self.compile_wrapper = compile_wrapper
+        self.break_points = break_points
+        self.active_contexts = []
+        self.f_globals = fn.__globals__
+        self.root = self
+        symbolic_locals = {}
+        cells = {}
+        for name, value in f_locals.items():
+            if name in code.co_freevars:
+                idx = code.co_freevars.index(name)
+                cells[name] = RealCell(fn.__closure__[idx], local_source(name))
+            else:
+                symbolic_locals[name] = LazyLocal(value, local_source(name))
+        super().__init__(code, fn.__globals__, symbolic_locals, output, self, cells)
+
+    def step(self):
+        if self.ip in self.break_points:
+            raise _Finished(self.finish_break(self.ip))
+        super().step()
+
+    def on_unsupported(self, ip, e):
+        if self.fullgraph:
+            raise Unsupported(f"{e}\n  (at {e.user_stack}; fullgraph=True does not allow graph breaks)") from e
+        raise RestartAt(ip, str(e), e.user_stack) from e
+
+    def run(self):
+        self.initial_grad = torch.is_grad_enabled()
+        try:
+            try:
+                result = self.run_body()
+            except _Finished as f:
+                return f.entry
+            return self.finish_return(result)
+        finally:
+            for ctx in reversed(self.active_contexts):
+                if isinstance(ctx, AutocastVariable) and ctx.real is not None:
+                    ctx.real.__exit__(None, None, None)
+            torch._C._set_grad_enabled(self.initial_grad)
+
+    # -- finishing -------------------------------------------------------------------------
+    def _leave_grad_mode(self):
+        """The graph ends in the grad mode from before the innermost re-entered contexts."""
+        target = torch.is_grad_enabled()
+        grad_ctxs = [c for c in self.active_contexts if isinstance(c, GradModeVariable)]
+        if grad_ctxs:
+            target = grad_ctxs[0].initial
+        if torch.is_grad_enabled() != target:
+            self.output.create_node("call_function", torch._C._set_grad_enabled, (target,), {})
+        for ctx in reversed(self.active_contexts):
+            if isinstance(ctx, AutocastVariable):
+                self.output.create_node("call_function", torch.amp.autocast_mode._exit_autocast, (ctx.node,), {})
+
+    def _guard(self):
+        g = self.output.guards
+        g.grad_mode()
+        sources = self.output.tensor_inputs
+        if len(sources) > 1:
+            g.add(f"len({{{', '.join(f'id({s})' for s in sources)}}}) == {len(sources)}",
+                  lambda L: "tensor inputs alias each other (duplicate inputs)")
+        self._shape_env_guards(g)
+        return g.build()
+
+    def _shape_env_guards(self, g):
+        shape_env = self.output.shape_env
+        if not self.output.symbol_sources:
+            return
+        placeholders = [i.node.meta["example_value"] for i in self.output.inputs]
+        if not any(isinstance(p, torch.Tensor) and any(not isinstance(s, int) for s in p.shape) for p in placeholders):
+            return
+        from .variables.builder import _DynamicSource
+
+        sources = [_DynamicSource(i.source) for i in self.output.inputs]
+        exprs = shape_env.produce_guards(placeholders, sources)
+        for expr in exprs:
+            g.add(expr, size_of=None)
+
+    def _entry(self, run, gm, break_reasons):
+        from .convert_frame import CacheEntry
+
+        guard = self._guard()
+        entry = CacheEntry(guard=guard, fn=None, run=run, graphs=[gm] if gm is not None else [],
+                           break_reasons=break_reasons)
+        fn = self.fn
+        from .convert_frame import bind_locals
+
+        entry.fn = lambda *args, **kwargs: run(bind_locals(fn, args, kwargs))
+        return entry
+
+    def finish_return(self, result_vt):
+        from .codegen import RuntimeCodegen, returning_code
+        from .convert_frame import _call_with_locals
+
+        self._leave_grad_mode()
+        cg = RuntimeCodegen(self)
+        result = cg.recipe(result_vt)
+        side = self.output.side_effects.replay_recipe(cg)
+        if self.output.count_ops() == 0 and side is None:
+            fn = self.fn
+            return self._entry(lambda L: _call_with_locals(fn, L), None, [])
+        compiled, gm = self.output.compile(self.backend, cg.outputs)
+        return self._entry(returning_code(compiled, cg.inputs_getter(), side, result), gm, [])
+
+    def finish_break(self, ip):
+        from .codegen import RuntimeCodegen, breaking_code, wrap_callee
+        from .resume import resume_function
+
+        reason = self.break_points[ip]
+        inst = self.instructions[ip]
+        region = self.regions[ip]
+        if region is not None and not self._is_context_region(region):
+            unsupported("graph break inside a try block")
+        if self.code.co_flags & 0x20:
+            unsupported("graph break in a generator")
+        name = inst.name
+        if name == "CALL":
+            fn_vt, arg_vts, kw_vts = self.pop_call(inst.arg)
+        elif name == "CALL_FUNCTION_EX":
+            kw_vt = self.pop() if inst.arg & 1 else None
+            args_vt = self.pop()
+            fn_vt = self.pop()
+            if self.stack and isinstance(self.stack[-1], NullVariable):
+                self.pop()
+            arg_vts, kw_vts = [args_vt], ({"**": kw_vt} if kw_vt is not None else {})
+        else:
+            cond_vt = self.pop()
+        self._leave_grad_mode()
+        cg = RuntimeCodegen(self)
+        stack_vts = list(self.stack)
+        stack_nulls = [isinstance(v, NullVariable) for v in stack_vts]
+        stack_recipes = [cg.recipe(v) for v in stack_vts if not isinstance(v, NullVariable)]
+        local_names = [n for n in self.symbolic_locals if not isinstance(self.symbolic_locals[n], NullVariable)]
+        local_recipes = [cg.recipe(self.symbolic_locals[n]) for n in local_names]
+        for cname, cell in self.cells.items():
+            if isinstance(cell, CellVariable) and cell.value is not None and cname not in local_names:
+                local_names.append(cname)
+                local_recipes.append(cg.recipe(cell.value))
+        wrapper = self.compile_wrapper
+        fn = self.fn
+        lineno = self.lineno
+
+        def resume_at(index, extra_nulls):
+            pos = self.positions[index]
+            rfn = resume_function(fn, pos, stack_nulls + extra_nulls, local_names, lineno)
+            return wrapper(rfn)
+
+        if name in ("CALL", "CALL_FUNCTION_EX"):
+            fn_r = cg.recipe(fn_vt)
+            arg_rs = [cg.recipe(a) for a in arg_vts]
+            kw_rs = {k: cg.recipe(v) for k, v in kw_vts.items()}
+            resume = resume_at(ip + 1, [False])
+            star = name == "CALL_FUNCTION_EX"
+
+            def step(rt, values):
+                target = wrap_callee(fn_r(rt), wrapper)
+                if star:
+                    kw = kw_rs["**"](rt) if kw_rs else {}
+                    result = target(*arg_rs[0](rt), **kw)
+                else:
+                    result = target(*[a(rt) for a in arg_rs], **{k: v(rt) for k, v in kw_rs.items()})
+                return values + [result], resume
+        else:
+            cond_r = cg.recipe(cond_vt)
+            jump_index = self.labels[inst.arg]
+            jump_if = "TRUE" in name
+            keep = name.startswith("JUMP_IF")
+            on_jump = resume_at(jump_index, [False] if keep else [])
+            fall = resume_at(ip + 1, [])
+
+            def step(rt, values):
+                value = cond_r(rt)
+                if bool(value) == jump_if:
+                    return (values + [value] if keep else values), on_jump
+                return values, fall
+        side = self.output.side_effects.replay_recipe(cg)
+        compiled, gm = self.output.compile(self.backend, cg.outputs)
+        run = breaking_code(compiled, cg.inputs_getter(), side, stack_recipes, local_recipes, step)
+        return self._entry(run, gm, [reason])
+
+    def _is_context_region(self, region):
+        target = self.labels.get(region.target)
+        if target is None:
+            return False
+        names = [i.name for i in self.instructions[target: target + 2]]
+        return names[:1] != ["PUSH_EXC_INFO"] or "WITH_EXCEPT_START" in names
+
+
+def capture_frame(fn, f_locals, *, backend, fullgraph, dynamic, compile_wrapper):
+    """Capture ``fn`` called with ``f_locals``; returns a CacheEntry (see convert_frame)."""
+    from ..utils.counters import counters
+    from ..utils.logging import get_artifact_logger
+    from .convert_frame import BreakReason, CacheEntry, _call_with_locals
+    from .guards import Guard
+
+    if fn.__code__.co_flags & 0x3A0:
+        unsupported("generator or coroutine frame")
+    break_points: dict[int, BreakReason] = {}
+    log = get_artifact_logger("graph_breaks")
+    for _ in range(64):
+        tx = InstructionTranslator(fn, f_locals, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
+                                   compile_wrapper=compile_wrapper, break_points=break_points)
+        try:
+            entry = tx.run()
+        except RestartAt as r:
+            reason = BreakReason(r.reason, r.user_stack)
+            inst = tx.instructions[r.ip]
+            if r.ip in break_points or inst.name not in _BREAKABLE:
+                counters["graph_break"][r.reason] += 1
+                log.debug("Graph break (skipping frame %s): %s", fn.__qualname__, reason)
+                return CacheEntry(guard=Guard.always(), fn=fn, run=lambda L: _call_with_locals(fn, L),
+                                  break_reasons=[*break_points.values(), reason])
+            break_points[r.ip] = reason
+            continue
+        for reason in entry.break_reasons:
+            counters["graph_break"][reason.reason] += 1
+            log.debug("Graph break in %s: %s", fn.__qualname__, reason)
+        return entry
+    unsupported("too many graph breaks in one frame")

@@ -1,0 +1,7 @@
+"""Variable trackers: symbolic stand-ins for every Python value capture meets.
+
+One module per family: :mod:`.base` (the protocol and constants), :mod:`.tensor`,
+:mod:`.containers`, :mod:`.functions`, :mod:`.user_defined`, :mod:`.nn_module`,
+:mod:`.torch_fns`, :mod:`.ctx_manager`, :mod:`.builtin`; :mod:`.builder` wraps real
+values read from a source (installing guards).
+"""

@@ -1,0 +1,143 @@
+"""The variable-tracker protocol and the trackers for Python constants and NULL.
+
+A tracker stands for one Python value during symbolic interpretation.  ``source`` (a
+string like ``L['x']``) says where a pre-existing value lives, so guards and the
+transformed code can read it again.  Operations a tracker cannot model raise
+:class:`torchkiln.exc.Unsupported`, which becomes a graph break.
+"""
+from __future__ import annotations
+
+from ...exc import Unsupported
+
+
+def unsupported(msg: str):
+    raise Unsupported(msg)
+
+
+class VariableTracker:
+    """Base class: ``python_type``, constants, attribute access, calls, iteration."""
+
+    source: str | None = None
+
+    def python_type(self):
+        unsupported(f"python_type of {type(self).__name__}")
+
+    def is_python_constant(self) -> bool:
+        try:
+            self.as_python_constant()
+            return True
+        except Unsupported:
+            return False
+
+    def as_python_constant(self):
+        unsupported(f"{self} is not a constant")
+
+    def var_getattr(self, tx, name: str) -> "VariableTracker":
+        unsupported(f"getattr {type(self).__name__}.{name}")
+
+    def call_function(self, tx, args: list, kwargs: dict) -> "VariableTracker":
+        unsupported(f"call {self}")
+
+    def call_method(self, tx, name: str, args: list, kwargs: dict) -> "VariableTracker":
+        if name == "__getattribute__" and len(args) == 1:
+            return self.var_getattr(tx, args[0].as_python_constant())
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def unpack_var_sequence(self, tx) -> list:
+        unsupported(f"iterate over {self}")
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        try:
+            self.unpack_var_sequence(tx)
+            return True
+        except Unsupported:
+            return False
+
+    def truth(self, tx) -> bool:
+        """``bool(value)`` as a Python bool, or Unsupported (data-dependent)."""
+        return True
+
+    def reconstruct(self, cg):
+        """A recipe ``rt -> value`` rebuilding this value at run time (see codegen)."""
+        if self.source is not None:
+            return cg.from_source(self.source)
+        unsupported(f"cannot reconstruct {self}")
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
+
+class ConstantVariable(VariableTracker):
+    """An immutable Python value: None, bool, int, float, str, bytes, dtype, device,
+    slice, Ellipsis, enum members, types and other values treated as constants."""
+
+    def __init__(self, value, source=None):
+        self.value = value
+        self.source = source
+
+    def python_type(self):
+        return type(self.value)
+
+    def as_python_constant(self):
+        return self.value
+
+    def is_python_constant(self):
+        return True
+
+    def truth(self, tx):
+        return bool(self.value)
+
+    def var_getattr(self, tx, name):
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError:
+            unsupported(f"{type(self.value).__name__} has no attribute {name}")
+        from .builder import wrap_constant_like
+
+        return wrap_constant_like(tx, attr)
+
+    def call_method(self, tx, name, args, kwargs):
+        from .builder import wrap_constant_like
+
+        if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()):
+            method = getattr(self.value, name, None)
+            if method is None:
+                unsupported(f"{type(self.value).__name__}.{name}")
+            return wrap_constant_like(tx, method(*[a.as_python_constant() for a in args],
+                                                 **{k: v.as_python_constant() for k, v in kwargs.items()}))
+        if name == "format" and isinstance(self.value, str):
+            unsupported("str.format with non-constant arguments")
+        return super().call_method(tx, name, args, kwargs)
+
+    def unpack_var_sequence(self, tx):
+        if isinstance(self.value, (str, bytes, range)):
+            return [ConstantVariable(v) for v in self.value]
+        unsupported(f"iterate over {type(self.value).__name__}")
+
+    def reconstruct(self, cg):
+        value = self.value
+        return lambda rt: value
+
+    def __repr__(self):
+        return f"ConstantVariable({self.value!r})"
+
+
+class NullVariable(VariableTracker):
+    """The NULL CPython pushes below a callable (PUSH_NULL / LOAD_GLOBAL's low bit)."""
+
+    def __repr__(self):
+        return "NULL"
+
+
+NULL = NullVariable()
+
+
+class CellVariable(VariableTracker):
+    """A closure cell created in the traced code (a box for a nonlocal variable)."""
+
+    def __init__(self, value=None, real_cell=None):
+        self.value = value
+        self.real_cell = real_cell
+
+    def __repr__(self):
+        return f"CellVariable({self.value!r})"

@@ -1,0 +1,230 @@
+"""Wrapping real Python values read from a source into trackers (VariableBuilder).
+
+Reading a value from a source is where guards are installed: a tensor becomes a graph
+input (placeholder) with TENSOR_MATCH, a Python constant is specialised with
+EQUALS_MATCH, containers get TYPE/LEN/KEYS guards, functions and classes ID_MATCH,
+objects TYPE_MATCH.  Trackers are cached per source and per object identity, so
+aliasing is preserved (two sources of one tensor share one placeholder and get an
+``is`` guard).
+"""
+from __future__ import annotations
+
+import builtins
+import collections
+import dataclasses
+import enum
+import types
+
+import torch
+
+from ..source import attr_source, item_source
+from .base import ConstantVariable, VariableTracker
+
+_CONSTANT_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented),
+                   torch.dtype, torch.device, torch.layout, torch.memory_format, slice, range, types.CodeType)
+
+
+def is_constant(value) -> bool:
+    return isinstance(value, _CONSTANT_TYPES) or isinstance(value, enum.Enum)
+
+
+def is_torch_callable(value) -> bool:
+    from .torch_fns import is_torch_function
+
+    return is_torch_function(value)
+
+
+class _CallableStr(str):
+    def __call__(self):
+        return str(self)
+
+
+class _DynamicSource(torch._guards.Source):
+    """A ``torch._guards.Source`` naming a tensor for ShapeEnv's symbols."""
+
+    def __init__(self, name_str):
+        object.__setattr__(self, "_name", name_str)
+
+    @property
+    def name(self):
+        # torch 2.13 reads ``source.name``, older releases call ``source.name()``.
+        return _CallableStr(self._name)
+
+    def guard_source(self):
+        return torch._guards.GuardSource.LOCAL
+
+    def reconstruct(self, codegen):
+        raise NotImplementedError
+
+    def __hash__(self):
+        return hash(self._name)
+
+    def __eq__(self, other):
+        return isinstance(other, _DynamicSource) and other._name == self._name
+
+
+def wrap_tensor(tx, value: torch.Tensor, source: str):
+    from .tensor import TensorVariable
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    out = tx.output
+    existing = out.id_cache.get(id(value))
+    if existing is not None and isinstance(existing, TensorVariable):
+        out.guards.add(f"{source} is {existing.source}")
+        return existing
+    policy = tx.root.dynamic
+    dims = [policy.is_dynamic(source, value, d) for d in range(value.dim())]
+    if isinstance(value, torch.nn.Parameter) or not any(dims):
+        fake = out.fake_mode.from_tensor(value, static_shapes=True)
+    else:
+        ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC if d else DimDynamic.STATIC for d in dims])
+        fake = out.fake_mode.from_tensor(value, source=_DynamicSource(source), symbolic_context=ctx)
+        for d, s in enumerate(fake.shape):
+            if not isinstance(s, int):
+                out.symbol_sources.setdefault(s.node.expr, (source, d))
+    node = out.add_placeholder(source, value, fake)
+    vt = TensorVariable(node, fake, source, type(value))
+    out.guards.tensor_match(source, value, fake)
+    out.id_cache[id(value)] = vt
+    out.tensor_inputs.append(source)
+    return vt
+
+
+def wrap(tx, value, source: str | None) -> VariableTracker:
+    """The tracker for ``value`` read from ``source`` (None: no guards, no re-reading)."""
+    if source is None:
+        return wrap_constant_like(tx, value)
+    out = tx.output
+    cached = out.source_cache.get(source)
+    if cached is not None:
+        return cached
+    vt = _wrap(tx, value, source)
+    out.source_cache[source] = vt
+    return vt
+
+
+def _wrap(tx, value, source):
+    from .containers import DictVariable, ListVariable, NamedTupleVariable, SetVariable, SizeVariable, TupleVariable
+    from .functions import BoundMethodVariable, UserFunctionVariable
+    from .nn_module import NNModuleVariable
+    from .torch_fns import TorchVariable
+    from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
+
+    out = tx.output
+    g = out.guards
+    if isinstance(value, torch.Tensor):
+        return wrap_tensor(tx, value, source)
+    if is_constant(value):
+        if isinstance(value, (slice, range, types.CodeType)):
+            g.id_match(source, value) if isinstance(value, types.CodeType) else g.constant_match(source, value)
+        else:
+            g.constant_match(source, value)
+        return ConstantVariable(value, source)
+    if id(value) in out.id_cache:
+        existing = out.id_cache[id(value)]
+        if getattr(existing, "source", None) is not None and not isinstance(existing, ConstantVariable):
+            g.add(f"{source} is {existing.source}")
+        return existing
+    if isinstance(value, torch.Size):
+        g.constant_match(source, value)
+        return SizeVariable([ConstantVariable(v) for v in value], source)
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+        g.len_match(source, value)
+        return NamedTupleVariable([wrap(tx, v, item_source(source, i)) for i, v in enumerate(value)], type(value), source)
+    if type(value) in (tuple, list):
+        g.len_match(source, value)
+        items = [wrap(tx, v, item_source(source, i)) for i, v in enumerate(value)]
+        vt = TupleVariable(items, source) if type(value) is tuple else ListVariable(items, source)
+        out.id_cache[id(value)] = vt
+        return vt
+    if type(value) in (dict, collections.OrderedDict, collections.defaultdict) and all(is_constant(k) for k in value):
+        g.keys_match(source, value)
+        items = {k: (ConstantVariable(k), wrap(tx, v, item_source(source, k))) for k, v in value.items()}
+        factory = None
+        if type(value) is collections.defaultdict:
+            factory = wrap_constant_like(tx, value.default_factory)
+        vt = DictVariable(items, type(value), source, factory)
+        out.id_cache[id(value)] = vt
+        return vt
+    if type(value) in (set, frozenset) and all(is_constant(v) for v in value):
+        g.constant_match(source, value)
+        vt = SetVariable([ConstantVariable(v) for v in value], source, frozen=type(value) is frozenset)
+        out.id_cache[id(value)] = vt
+        return vt
+    if isinstance(value, torch.nn.Module):
+        g.type_match(source, value)
+        vt = NNModuleVariable(value, source)
+        out.id_cache[id(value)] = vt
+        return vt
+    if is_torch_callable(value):
+        return TorchVariable(value, source)
+    if isinstance(value, types.FunctionType):
+        g.id_match(source, value)
+        return UserFunctionVariable(value, source)
+    if isinstance(value, types.MethodType):
+        g.id_match(attr_source(source, "__func__"), value.__func__)
+        return BoundMethodVariable(UserFunctionVariable(value.__func__, attr_source(source, "__func__")),
+                                   wrap(tx, value.__self__, attr_source(source, "__self__")))
+    if isinstance(value, types.ModuleType):
+        return PythonModuleVariable(value, source)
+    if isinstance(value, types.BuiltinFunctionType) or id(value) in _BUILTIN_IDS:
+        from .builtin import BuiltinVariable
+
+        g.id_match(source, value)
+        return BuiltinVariable(value, source)
+    if isinstance(value, type):
+        g.id_match(source, value)
+        return UserDefinedClassVariable(value, source)
+    g.type_match(source, value)
+    vt = UserDefinedObjectVariable(value, source)
+    out.id_cache[id(value)] = vt
+    return vt
+
+
+_BUILTIN_IDS = {id(v) for v in vars(builtins).values() if callable(v)}
+
+
+def wrap_constant_like(tx, value) -> VariableTracker:
+    """A tracker for a value without a source (produced by constant folding)."""
+    from .containers import DictVariable, ListVariable, NamedTupleVariable, SetVariable, SizeVariable, TupleVariable
+    from .functions import BoundMethodVariable, UserFunctionVariable
+    from .nn_module import NNModuleVariable
+    from .torch_fns import TorchVariable
+    from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
+
+    if is_constant(value):
+        return ConstantVariable(value)
+    if isinstance(value, torch.Size):
+        return SizeVariable([ConstantVariable(v) for v in value])
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+        return NamedTupleVariable([wrap_constant_like(tx, v) for v in value], type(value))
+    if type(value) is tuple:
+        return TupleVariable([wrap_constant_like(tx, v) for v in value])
+    if type(value) is list:
+        return ListVariable([wrap_constant_like(tx, v) for v in value])
+    if type(value) in (dict, collections.OrderedDict):
+        return DictVariable({k: (wrap_constant_like(tx, k), wrap_constant_like(tx, v)) for k, v in value.items()},
+                            type(value))
+    if type(value) in (set, frozenset):
+        return SetVariable([wrap_constant_like(tx, v) for v in value], frozen=type(value) is frozenset)
+    if isinstance(value, torch.nn.Module):
+        return NNModuleVariable(value, None)
+    if is_torch_callable(value):
+        return TorchVariable(value)
+    if isinstance(value, types.FunctionType):
+        return UserFunctionVariable(value)
+    if isinstance(value, types.MethodType):
+        return BoundMethodVariable(UserFunctionVariable(value.__func__), wrap_constant_like(tx, value.__self__))
+    if isinstance(value, types.ModuleType):
+        return PythonModuleVariable(value, None)
+    if isinstance(value, type) and id(value) not in _BUILTIN_IDS:
+        return UserDefinedClassVariable(value, None)
+    if isinstance(value, torch.Tensor):
+        from ...exc import Unsupported
+
+        raise Unsupported("a tensor without a source (e.g. a constant tensor attribute)")
+    if callable(value) and not dataclasses.is_dataclass(value):
+        from .builtin import BuiltinVariable
+
+        return BuiltinVariable(value)
+    return UserDefinedObjectVariable(value, None)

@@ -1,0 +1,192 @@
+"""Trackers for user functions, closures made in the frame, and bound methods.
+
+Calling one inlines its bytecode with a nested translator (TorchDynamo's
+InliningInstructionTranslator), except functions marked with ``torchkiln.disable``
+or ``torchkiln.graph_break`` (graph break) and ``allow_in_graph`` ones (one graph call).
+"""
+from __future__ import annotations
+
+import types
+
+from .base import ConstantVariable, VariableTracker, unsupported
+
+
+class BaseUserFunctionVariable(VariableTracker):
+    def python_type(self):
+        return types.FunctionType
+
+    def call_function(self, tx, args, kwargs):
+        return tx.inline_user_function(self, args, kwargs)
+
+
+class UserFunctionVariable(BaseUserFunctionVariable):
+    """A pre-existing Python function (its globals, defaults and closure are real)."""
+
+    def __init__(self, fn, source=None):
+        self.fn = fn
+        self.source = source
+
+    @property
+    def value(self):
+        return self.fn
+
+    def get_code(self):
+        return self.fn.__code__
+
+    def get_globals(self):
+        return self.fn.__globals__
+
+    def as_python_constant(self):
+        return self.fn
+
+    def is_python_constant(self):
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        fn = self.fn
+        if getattr(fn, "_torchkiln_graph_break", False):
+            unsupported("torchkiln.graph_break() called")
+        if getattr(fn, "_torchkiln_disable", False):
+            unsupported(f"call to a torchkiln.disable'd function {fn.__qualname__}")
+        if getattr(fn, "_torchkiln_allow_in_graph", False):
+            return tx.output.call_function(tx, fn, args, kwargs)
+        return tx.inline_user_function(self, args, kwargs)
+
+    def var_getattr(self, tx, name):
+        from .builder import wrap
+        from ..source import attr_source
+
+        if name in ("__name__", "__qualname__", "__module__", "__doc__", "__code__", "__defaults__"):
+            return ConstantVariable(getattr(self.fn, name))
+        if name in self.fn.__dict__:
+            return wrap(tx, self.fn.__dict__[name], attr_source(self.source, name))
+        unsupported(f"function attribute {name}")
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.from_source(self.source)
+        fn = self.fn
+        return lambda rt: fn
+
+    def __repr__(self):
+        return f"UserFunctionVariable({self.fn.__qualname__})"
+
+
+class NestedUserFunctionVariable(BaseUserFunctionVariable):
+    """A function created by MAKE_FUNCTION during tracing (its cells are trackers)."""
+
+    def __init__(self, code, f_globals, qualname, defaults, kwdefaults, closure):
+        self.code = code
+        self.f_globals = f_globals
+        self.qualname = qualname
+        self.defaults = defaults  # TupleVariable or None
+        self.kwdefaults = kwdefaults  # DictVariable or None
+        self.closure = closure  # tuple of CellVariable | None
+
+    def get_code(self):
+        return self.code
+
+    def get_globals(self):
+        return self.f_globals
+
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__"):
+            return ConstantVariable(self.qualname.rsplit(".", 1)[-1] if name == "__name__" else self.qualname)
+        if name == "__code__":
+            return ConstantVariable(self.code)
+        unsupported(f"function attribute {name}")
+
+    def reconstruct(self, cg):
+        if self.closure:
+            unsupported("reconstructing a closure made inside the compiled frame")
+        code, f_globals, name = self.code, self.f_globals, self.qualname
+        defaults = cg.recipe(self.defaults) if self.defaults is not None else (lambda rt: None)
+        kwdefaults = cg.recipe(self.kwdefaults) if self.kwdefaults is not None else (lambda rt: None)
+
+        def make(rt):
+            fn = types.FunctionType(code, f_globals, name.rsplit(".", 1)[-1], defaults(rt))
+            fn.__kwdefaults__ = kwdefaults(rt)
+            fn.__qualname__ = name
+            return fn
+        return make
+
+    def __repr__(self):
+        return f"NestedUserFunctionVariable({self.qualname})"
+
+
+class BoundMethodVariable(VariableTracker):
+    """``obj.method``: a function tracker plus the tracker of ``self``."""
+
+    def __init__(self, fn_vt, self_vt, source=None):
+        self.fn_vt = fn_vt
+        self.self_vt = self_vt
+        self.source = source
+
+    def python_type(self):
+        return types.MethodType
+
+    def call_function(self, tx, args, kwargs):
+        return self.fn_vt.call_function(tx, [self.self_vt, *args], kwargs)
+
+    def var_getattr(self, tx, name):
+        if name == "__self__":
+            return self.self_vt
+        if name == "__func__":
+            return self.fn_vt
+        return self.fn_vt.var_getattr(tx, name)
+
+    def reconstruct(self, cg):
+        fn, obj = cg.recipe(self.fn_vt), cg.recipe(self.self_vt)
+        return lambda rt: types.MethodType(fn(rt), obj(rt))
+
+    def __repr__(self):
+        return f"BoundMethodVariable({self.fn_vt!r}, {self.self_vt!r})"
+
+
+def bind_args(tx, code, defaults, kwdefaults, args, kwargs, fn_name):
+    """Bind argument trackers to ``code``'s parameters as CPython does; dict name → tracker."""
+    from .containers import DictVariable, TupleVariable
+
+    nargs = code.co_argcount
+    nkw = code.co_kwonlyargcount
+    names = code.co_varnames
+    posonly = code.co_posonlyargcount
+    result = {}
+    defaults = list(defaults or ())
+    for i, a in enumerate(args[:nargs]):
+        result[names[i]] = a
+    extra = list(args[nargs:])
+    if extra and not code.co_flags & 0x04:
+        unsupported(f"{fn_name}() takes {nargs} positional arguments but {len(args)} were given")
+    kwargs = dict(kwargs)
+    varkw = {}
+    for k, v in kwargs.items():
+        idx = names.index(k) if k in names[: nargs + nkw] else -1
+        if idx >= posonly and idx != -1:
+            if k in result:
+                unsupported(f"{fn_name}() got multiple values for argument '{k}'")
+            result[k] = v
+        elif code.co_flags & 0x08:
+            varkw[k] = v
+        else:
+            unsupported(f"{fn_name}() got an unexpected keyword argument '{k}'")
+    first_default = nargs - len(defaults)
+    for i in range(nargs):
+        if names[i] not in result:
+            if i >= first_default:
+                result[names[i]] = defaults[i - first_default]
+            else:
+                unsupported(f"{fn_name}() missing required argument '{names[i]}'")
+    for k in names[nargs: nargs + nkw]:
+        if k not in result:
+            if kwdefaults and k in kwdefaults:
+                result[k] = kwdefaults[k]
+            else:
+                unsupported(f"{fn_name}() missing required keyword-only argument '{k}'")
+    i = nargs + nkw
+    if code.co_flags & 0x04:
+        result[names[i]] = TupleVariable(extra)
+        i += 1
+    if code.co_flags & 0x08:
+        result[names[i]] = DictVariable({k: (ConstantVariable(k), v) for k, v in varkw.items()})
+    return result

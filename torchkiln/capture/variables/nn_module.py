@@ -1,0 +1,254 @@
+"""The tracker for ``torch.nn.Module`` instances.
+
+Parameters and buffers are lifted as graph inputs with sources like
+``L['self'].layer.weight`` (as TorchDynamo does with inline_inbuilt_nn_modules);
+calling a module follows ``Module.__call__``: forward pre-hooks (``with_kwargs``,
+``prepend`` order), ``forward`` (an instance-patched forward wins), forward hooks.
+Lazy modules are initialised for real before tracing their forward.  Containers
+(Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict) index and iterate;
+``parameters()``, ``named_modules()`` etc. are answered in order, deduplicated.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..source import attr_source, item_source
+from .base import ConstantVariable, VariableTracker, unsupported
+from .user_defined import _MISSING, generic_getattr, mro_lookup
+
+
+def _child_source(source, name):
+    if source is None:
+        return None
+    if name.isidentifier() and not name.startswith("__"):
+        return attr_source(source, name)
+    return f"{source}._modules[{name!r}]"
+
+
+class NNModuleVariable(VariableTracker):
+    def __init__(self, value: torch.nn.Module, source=None):
+        self.value = value
+        self.source = source
+
+    def python_type(self):
+        return type(self.value)
+
+    def truth(self, tx):
+        return True
+
+    def _guard_keys(self, tx, *dicts):
+        if self.source is None:
+            return
+        for d in dicts:
+            tx.output.guards.add(f"list({self.source}.{d}.keys()) == {tx.output.guards.const(list(getattr(self.value, d)))}")
+
+    def var_getattr(self, tx, name):
+        from .builder import wrap, wrap_constant_like
+
+        mod = self.value
+        pending = tx.output.side_effects.load_attr(self, name)
+        if pending is not None:
+            return pending
+        if name in mod.__dict__ or mro_lookup(type(mod), name) is not _MISSING:
+            return generic_getattr(tx, self, mod, name)
+        for d in ("_parameters", "_buffers"):
+            if name in mod.__dict__.get(d, {}):
+                value = mod.__dict__[d][name]
+                if value is None:
+                    return ConstantVariable(None)
+                return wrap(tx, value, attr_source(self.source, name)) if self.source else wrap_constant_like(tx, value)
+        if name in mod.__dict__.get("_modules", {}):
+            sub = mod._modules[name]
+            if sub is None:
+                return ConstantVariable(None)
+            return wrap(tx, sub, _child_source(self.source, name)) if self.source else NNModuleVariable(sub)
+        return generic_getattr(tx, self, mod, name)
+
+    # -- calling --------------------------------------------------------------------------
+    def call_function(self, tx, args, kwargs):
+        from .builder import wrap
+        from .containers import DictVariable, TupleVariable
+
+        mod = self.value
+        nn_mod = torch.nn.modules.module
+        if (nn_mod._global_forward_hooks or nn_mod._global_forward_pre_hooks or
+                getattr(nn_mod, "_global_forward_hooks_always_called", None)):
+            unsupported("global nn.Module forward hooks")
+        if isinstance(mod, torch.nn.modules.lazy.LazyModuleMixin) and mod.has_uninitialized_params():
+            fakes = [a.example if hasattr(a, "example") else a.as_python_constant() for a in args]
+            mod._infer_parameters(mod, tuple(fakes))
+        src = self.source
+        if src is not None:
+            tx.output.guards.add(f"len({src}._forward_hooks) == {len(mod._forward_hooks)}")
+            tx.output.guards.add(f"len({src}._forward_pre_hooks) == {len(mod._forward_pre_hooks)}")
+        args = list(args)
+        for hook_id, hook in list(mod._forward_pre_hooks.items()):
+            hook_vt = wrap(tx, hook, item_source(f"{src}._forward_pre_hooks", hook_id) if src else None)
+            if hook_id in mod._forward_pre_hooks_with_kwargs:
+                kw_vt = DictVariable({k: (ConstantVariable(k), v) for k, v in kwargs.items()})
+                result = hook_vt.call_function(tx, [self, TupleVariable(args), kw_vt], {})
+                if not (isinstance(result, ConstantVariable) and result.value is None):
+                    new_args, new_kwargs = result.unpack_var_sequence(tx)
+                    args = new_args.unpack_var_sequence(tx)
+                    kwargs = {k.as_python_constant(): v for k, v in new_kwargs.items.values()}
+            else:
+                result = hook_vt.call_function(tx, [self, TupleVariable(args)], {})
+                if not (isinstance(result, ConstantVariable) and result.value is None):
+                    args = result.unpack_var_sequence(tx) if isinstance(result, TupleVariable) else [result]
+        out = self.var_getattr(tx, "forward").call_function(tx, args, kwargs)
+        for hook_id, hook in list(mod._forward_hooks.items()):
+            hook_vt = wrap(tx, hook, item_source(f"{src}._forward_hooks", hook_id) if src else None)
+            if hook_id in mod._forward_hooks_with_kwargs:
+                kw_vt = DictVariable({k: (ConstantVariable(k), v) for k, v in kwargs.items()})
+                result = hook_vt.call_function(tx, [self, TupleVariable(args), kw_vt, out], {})
+            else:
+                result = hook_vt.call_function(tx, [self, TupleVariable(args), out], {})
+            if not (isinstance(result, ConstantVariable) and result.value is None):
+                out = result
+        return out
+
+    # -- containers and module API -------------------------------------------------------
+    def _children(self, tx):
+        self._guard_keys(tx, "_modules")
+        return [(name, self._wrap_child(tx, name, m)) for name, m in self.value._modules.items() if m is not None]
+
+    def _wrap_child(self, tx, name, m):
+        from .builder import wrap
+
+        return wrap(tx, m, _child_source(self.source, name)) if self.source else NNModuleVariable(m)
+
+    def _named(self, tx, kind, recurse=True, prefix="", remove_duplicate=True):
+        from .builder import wrap, wrap_constant_like
+
+        result = []
+        seen = set()
+        modules = self.value.named_modules(prefix="", remove_duplicate=True) if recurse else [("", self.value)]
+        for mod_name, m in modules:
+            mod_src = self.source
+            for part in mod_name.split(".") if mod_name else []:
+                mod_src = _child_source(mod_src, part)
+            if mod_src is not None:
+                tx.output.guards.add(f"list({mod_src}.{kind}.keys()) == {tx.output.guards.const(list(getattr(m, kind)))}")
+                tx.output.guards.add(f"list({mod_src}._modules.keys()) == {tx.output.guards.const(list(m._modules))}")
+            for name, value in getattr(m, kind).items():
+                if value is None or (remove_duplicate and id(value) in seen):
+                    continue
+                seen.add(id(value))
+                full = (prefix + "." if prefix else "") + (mod_name + "." if mod_name else "") + name
+                src = attr_source(mod_src, name) if mod_src else None
+                result.append((full, wrap(tx, value, src) if src else wrap_constant_like(tx, value)))
+        return result
+
+    def call_method(self, tx, name, args, kwargs):
+        from .containers import ListIteratorVariable, TupleVariable
+
+        mod = self.value
+        cargs = [a.as_python_constant() for a in args] if all(a.is_python_constant() for a in args) else None
+        ckw = {k: v.as_python_constant() for k, v in kwargs.items()} if all(
+            v.is_python_constant() for v in kwargs.values()) else None
+        if name in ("parameters", "named_parameters", "buffers", "named_buffers") and cargs is not None:
+            kind = "_parameters" if "param" in name else "_buffers"
+            params = dict(zip(["prefix", "recurse", "remove_duplicate"] if name.startswith("named") else ["recurse"], cargs))
+            params.update(ckw)
+            items = self._named(tx, kind, params.get("recurse", True), params.get("prefix", ""),
+                                params.get("remove_duplicate", True))
+            if name.startswith("named"):
+                return ListIteratorVariable([TupleVariable([ConstantVariable(n), v]) for n, v in items])
+            return ListIteratorVariable([v for _, v in items])
+        if name in ("children", "named_children"):
+            items = self._children(tx)
+            seen, result = set(), []
+            for n, v in items:
+                if id(v.value) not in seen:
+                    seen.add(id(v.value))
+                    result.append(TupleVariable([ConstantVariable(n), v]) if name == "named_children" else v)
+            return ListIteratorVariable(result)
+        if name in ("modules", "named_modules") and cargs is not None:
+            result = []
+            for mod_name, m in mod.named_modules(*cargs, **ckw) if name == "named_modules" else mod.named_modules():
+                src = self.source
+                for part in mod_name.split(".")[len((ckw or {}).get("prefix", "").split(".")) if ckw and ckw.get("prefix") else 0:] if mod_name else []:
+                    src = _child_source(src, part)
+                if src is not None:
+                    tx.output.guards.add(f"list({src}._modules.keys()) == {tx.output.guards.const(list(m._modules))}")
+                vt = self._wrap_any(tx, m, src)
+                result.append(TupleVariable([ConstantVariable(mod_name), vt]) if name == "named_modules" else vt)
+            return ListIteratorVariable(result)
+        if name == "__len__":
+            return ConstantVariable(len(self.unpack_var_sequence(tx)))
+        if name == "__getitem__":
+            return self.getitem(tx, args[0])
+        if name in ("keys", "values", "items") and isinstance(mod, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            pairs = self._dict_items(tx)
+            if name == "keys":
+                return ListIteratorVariable([ConstantVariable(k) for k, _ in pairs])
+            if name == "values":
+                return ListIteratorVariable([v for _, v in pairs])
+            return ListIteratorVariable([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
+        if name == "__contains__" and isinstance(mod, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            return ConstantVariable(args[0].as_python_constant() in mod)
+        if name in ("to", "cuda", "cpu", "train", "eval", "register_buffer", "register_parameter", "add_module",
+                    "register_forward_hook", "register_forward_pre_hook", "apply", "zero_grad", "requires_grad_",
+                    "state_dict", "load_state_dict", "half", "float", "double"):
+            unsupported(f"nn.Module.{name}() inside a compiled frame")
+        if name == "__call__":
+            return self.call_function(tx, args, kwargs)
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def _wrap_any(self, tx, m, src):
+        from .builder import wrap
+
+        return wrap(tx, m, src) if src is not None else NNModuleVariable(m)
+
+    def _dict_items(self, tx):
+        from .builder import wrap, wrap_constant_like
+
+        mod = self.value
+        if isinstance(mod, torch.nn.ModuleDict):
+            return self._children(tx)
+        self._guard_keys(tx, "_parameters")
+        return [(k, wrap(tx, v, item_source(self.source, k)) if self.source else wrap_constant_like(tx, v))
+                for k, v in mod.items()]
+
+    def getitem(self, tx, index_vt):
+        from .builder import wrap, wrap_constant_like
+
+        mod = self.value
+        index = index_vt.as_python_constant()
+        if isinstance(mod, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            value = mod[index]
+            src = item_source(self.source, index)
+            return wrap(tx, value, src) if src else wrap_constant_like(tx, value)
+        if isinstance(mod, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ParameterList)):
+            self._guard_keys(tx, "_modules" if not isinstance(mod, torch.nn.ParameterList) else "_parameters")
+            value = mod[index]
+            src = item_source(self.source, index)
+            if isinstance(index, slice):
+                return wrap(tx, value, src) if src else wrap_constant_like(tx, value)
+            return wrap(tx, value, src) if src else wrap_constant_like(tx, value)
+        getitem = mro_lookup(type(mod), "__getitem__")
+        if getitem is not _MISSING:
+            return self.var_getattr(tx, "__getitem__").call_function(tx, [index_vt], {})
+        unsupported(f"indexing {type(mod).__name__}")
+
+    def unpack_var_sequence(self, tx):
+        mod = self.value
+        if isinstance(mod, torch.nn.ModuleDict):
+            return [ConstantVariable(k) for k, _ in self._children(tx)]
+        if isinstance(mod, torch.nn.ParameterDict):
+            return [ConstantVariable(k) for k, _ in self._dict_items(tx)]
+        if isinstance(mod, torch.nn.ParameterList):
+            self._guard_keys(tx, "_parameters")
+            return [self.getitem(tx, ConstantVariable(i)) for i in range(len(mod))]
+        if isinstance(mod, (torch.nn.ModuleList, torch.nn.Sequential)) or mro_lookup(type(mod), "__iter__") is _MISSING:
+            return [v for _, v in self._children(tx)]
+        unsupported(f"iterating {type(mod).__name__}")
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.from_source(self.source)
+        value = self.value
+        return lambda rt: value
+
+    def __repr__(self):
+        return f"NNModuleVariable({type(self.value).__name__})"

@@ -1,0 +1,149 @@
+"""Trackers for tensors and symbolic ints: each holds an FX node and a fake example value.
+
+Operations on a :class:`TensorVariable` run on its FakeTensor (under capture's
+FakeTensorMode, so shapes, dtypes and devices propagate exactly) and are recorded as
+``call_function`` / ``call_method`` nodes, as TorchDynamo's TensorVariable does.
+Reading a tensor's value in Python (``bool(t)``, ``t.item()``, ``t.tolist()``) is a graph
+break.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from ...config import config
+from .base import ConstantVariable, VariableTracker, unsupported
+
+# Attributes answered from the fake value without a graph node.
+_STATIC_ATTRS = {"dtype", "device", "layout", "ndim", "requires_grad", "is_cuda", "is_sparse", "is_quantized",
+                 "is_leaf", "is_meta", "is_nested", "is_mkldnn", "is_complex_dtype"}
+# Methods answered from the fake value (return Python values about metadata).
+_STATIC_METHODS = {"dim", "ndimension", "is_floating_point", "is_complex", "element_size", "get_device",
+                   "is_contiguous", "is_signed", "nelement", "numel", "stride", "storage_offset", "size",
+                   "is_inference", "has_names", "__len__"}
+_BREAK_METHODS = {"item", "tolist", "numpy", "__bool__", "data_ptr", "backward", "register_hook",
+                  "untyped_storage", "storage", "__index__", "__int__", "__float__", "nonzero_static"}
+
+
+class TensorVariable(VariableTracker):
+    """A tensor in the graph: ``node`` (fx.Node) and ``example`` (FakeTensor)."""
+
+    def __init__(self, node, example, source=None, class_type=torch.Tensor):
+        self.node = node
+        self.example = example
+        self.source = source
+        self.class_type = class_type
+
+    def python_type(self):
+        return self.class_type
+
+    def truth(self, tx):
+        unsupported("data-dependent control flow: Tensor.__bool__ (branching on a tensor's value)")
+
+    def reconstruct(self, cg):
+        return cg.graph_output(self)
+
+    def var_getattr(self, tx, name):
+        from .builder import wrap_constant_like
+        from .containers import SizeVariable
+
+        ex = self.example
+        if name == "shape":
+            return SizeVariable.from_size(tx, self, ex.shape)
+        if name in ("dtype", "device", "layout", "ndim", "requires_grad", "is_cuda", "is_sparse", "is_quantized",
+                    "is_meta", "is_nested", "is_mkldnn"):
+            return wrap_constant_like(tx, getattr(ex, name))
+        if name == "is_leaf":
+            return ConstantVariable(not ex.requires_grad or self.node.op == "placeholder")
+        if name in ("grad", "grad_fn", "_base", "_version"):
+            unsupported(f"Tensor.{name}")
+        if name in ("T", "mT", "H", "mH", "real", "imag", "data"):
+            return tx.output.call_function(tx, getattr, [self, ConstantVariable(name)], {})
+        if callable(getattr(torch.Tensor, name, None)):
+            from .torch_fns import TensorMethodVariable
+
+            return TensorMethodVariable(self, name)
+        unsupported(f"Tensor attribute {name}")
+
+    def call_method(self, tx, name, args, kwargs):
+        from .builder import wrap_constant_like
+        from .containers import SizeVariable
+
+        if name in _BREAK_METHODS:
+            if name == "item" and config.capture_scalar_outputs:
+                return tx.output.call_method(tx, name, [self, *args], kwargs)
+            unsupported(f"Tensor.{name}() reads a tensor's value in Python")
+        if name in _STATIC_METHODS:
+            if name == "size" and not kwargs:
+                if not args:
+                    return SizeVariable.from_size(tx, self, self.example.shape)
+                return SizeVariable.from_size(tx, self, self.example.shape).getitem(tx, args[0])
+            cargs = [a.as_python_constant() for a in args]
+            ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+            value = getattr(self.example, name)(*cargs, **ckw)
+            if _has_symbols(value):
+                return tx.output.call_method(tx, name, [self, *args], kwargs)
+            return wrap_constant_like(tx, value)
+        if name == "type" and not args and not kwargs:
+            return ConstantVariable(self.example.type())
+        if name == "__setitem__":
+            tx.output.call_function(tx, operator.setitem, [self, *args], {})
+            return ConstantVariable(None)
+        if name == "__getitem__":
+            return tx.output.call_function(tx, operator.getitem, [self, *args], {})
+        if name == "__len__":
+            return self.call_method(tx, "size", [ConstantVariable(0)], {})
+        if name in ("__contains__",):
+            unsupported("Tensor.__contains__ reads a tensor's value")
+        if name in ("requires_grad_", "retain_grad") and self.node.op == "placeholder":
+            unsupported(f"Tensor.{name} on a graph input")
+        return tx.output.call_method(tx, name, [self, *args], kwargs)
+
+    def unpack_var_sequence(self, tx):
+        size = self.example.shape[0] if self.example.dim() else None
+        if size is None or not isinstance(size, int):
+            unsupported("iterating over a tensor with a dynamic or missing dim 0")
+        return [tx.output.call_function(tx, operator.getitem, [self, ConstantVariable(i)], {}) for i in range(size)]
+
+    def __repr__(self):
+        return f"TensorVariable({self.node.name})"
+
+
+def _has_symbols(value) -> bool:
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_has_symbols(v) for v in value)
+    return False
+
+
+class SymNodeVariable(VariableTracker):
+    """A symbolic int/float/bool (a size expression over ShapeEnv symbols) in the graph."""
+
+    def __init__(self, node, example, source=None):
+        self.node = node
+        self.example = example
+        self.source = source
+
+    def python_type(self):
+        return {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}.get(type(self.example), type(self.example))
+
+    def truth(self, tx):
+        return bool(self.example)  # ShapeEnv records the guard this implies
+
+    def as_python_constant(self):
+        unsupported("a symbolic size is not a constant")
+
+    def evaluate_int(self) -> int:
+        """Specialise to the current value (adds a ShapeEnv guard)."""
+        return int(self.example)
+
+    def reconstruct(self, cg):
+        return cg.graph_output(self)
+
+    def call_method(self, tx, name, args, kwargs):
+        return tx.output.call_method(tx, name, [self, *args], kwargs)
+
+    def __repr__(self):
+        return f"SymNodeVariable({self.example})"

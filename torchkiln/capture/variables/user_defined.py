@@ -1,0 +1,387 @@
+"""Trackers for user classes, user objects, objects created in the frame, Python
+modules, and transformers' ModelOutput.
+
+Attribute lookup follows Python's precedence exactly (TorchDynamo's
+UserDefinedObjectVariable does the same): data descriptors on the type (properties
+are inlined) > the instance ``__dict__`` > non-data descriptors and class attributes
+(functions bind, staticmethod/classmethod unwrap) > ``__getattr__``.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import inspect
+import types
+
+import torch
+
+from ..source import attr_source
+from .base import ConstantVariable, VariableTracker, unsupported
+
+_MISSING = object()
+
+
+def mro_lookup(cls, name):
+    for base in cls.__mro__:
+        if name in base.__dict__:
+            return base.__dict__[name]
+    return _MISSING
+
+
+def _is_data_descriptor(attr) -> bool:
+    t = type(attr)
+    return hasattr(t, "__set__") or hasattr(t, "__delete__")
+
+
+def bind_class_attr(tx, attr, self_vt, cls, source):
+    """The tracker for class attribute ``attr`` looked up through ``self_vt`` (may be None)."""
+    from .builder import wrap, wrap_constant_like
+    from .functions import BoundMethodVariable, UserFunctionVariable
+
+    if isinstance(attr, staticmethod):
+        return wrap_constant_like(tx, attr.__func__)
+    if isinstance(attr, classmethod):
+        return BoundMethodVariable(wrap_constant_like(tx, attr.__func__), UserDefinedClassVariable(cls))
+    if isinstance(attr, types.FunctionType):
+        if self_vt is None:
+            return UserFunctionVariable(attr)
+        return BoundMethodVariable(UserFunctionVariable(attr), self_vt)
+    if isinstance(attr, property):
+        if self_vt is None:
+            return wrap_constant_like(tx, attr)
+        if attr.fget is None:
+            unsupported("property without getter")
+        return wrap_constant_like(tx, attr.fget).call_function(tx, [self_vt], {})
+    return wrap(tx, attr, source) if source is not None else wrap_constant_like(tx, attr)
+
+
+def generic_getattr(tx, vt, obj, name, instance_dict=None):
+    """``getattr(obj, name)`` for a real object (or a fresh one with ``instance_dict`` trackers)."""
+    from .builder import wrap, wrap_constant_like
+
+    pending = tx.output.side_effects.load_attr(vt, name)
+    if pending is not None:
+        return pending
+    cls = vt.python_type()
+    source = attr_source(vt.source, name)
+    cls_attr = mro_lookup(cls, name)
+    if cls_attr is not _MISSING and _is_data_descriptor(cls_attr):
+        if isinstance(cls_attr, property):
+            return bind_class_attr(tx, cls_attr, vt, cls, None)
+        if obj is None:
+            unsupported(f"data descriptor {name} on a new object")
+        return wrap(tx, getattr(obj, name), source)
+    if instance_dict is not None:
+        if name in instance_dict:
+            return instance_dict[name]
+    elif name in getattr(obj, "__dict__", {}):
+        return wrap(tx, obj.__dict__[name], source)
+    if cls_attr is not _MISSING:
+        if type(cls_attr).__module__ == "builtins" and hasattr(type(cls_attr), "__get__") and not isinstance(
+                cls_attr, (types.FunctionType, staticmethod, classmethod, property)) and obj is not None and callable(cls_attr):
+            return wrap_constant_like(tx, getattr(obj, name))
+        return bind_class_attr(tx, cls_attr, vt, cls, source)
+    getattr_fn = mro_lookup(cls, "__getattr__")
+    if isinstance(getattr_fn, types.FunctionType):
+        from .functions import UserFunctionVariable
+
+        return UserFunctionVariable(getattr_fn).call_function(tx, [vt, ConstantVariable(name)], {})
+    unsupported(f"AttributeError: '{cls.__name__}' object has no attribute '{name}'")
+
+
+class UserDefinedClassVariable(VariableTracker):
+    """A class; calling it builds namedtuples, dataclasses, ModelOutputs, grad-mode and
+    autocast contexts, or a fresh user object whose ``__init__`` is inlined."""
+
+    def __init__(self, value, source=None):
+        self.value = value
+        self.source = source
+
+    def python_type(self):
+        return type(self.value)
+
+    def as_python_constant(self):
+        return self.value
+
+    def is_python_constant(self):
+        return True
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.from_source(self.source)
+        value = self.value
+        return lambda rt: value
+
+    def var_getattr(self, tx, name):
+        cls = self.value
+        for base in cls.__mro__:
+            if name in base.__dict__:
+                attr = base.__dict__[name]
+                if isinstance(attr, classmethod):
+                    from .functions import BoundMethodVariable
+                    from .builder import wrap_constant_like
+
+                    return BoundMethodVariable(wrap_constant_like(tx, attr.__func__), self)
+                if isinstance(attr, (staticmethod, types.FunctionType, property)):
+                    return bind_class_attr(tx, attr, None, cls, None)
+                return bind_class_attr(tx, attr, None, cls, attr_source(self.source, name))
+        if name in ("__name__", "__qualname__", "__module__"):
+            return ConstantVariable(getattr(cls, name))
+        unsupported(f"class attribute {cls.__name__}.{name}")
+
+    def call_function(self, tx, args, kwargs):
+        from .containers import DictVariable, NamedTupleVariable, SizeVariable
+        from .ctx_manager import AutocastVariable, GradModeVariable, set_grad
+        cls = self.value
+        if cls is torch.no_grad or cls is torch.enable_grad:
+            return GradModeVariable(cls is torch.enable_grad, torch.is_grad_enabled())
+        if cls is torch.set_grad_enabled:
+            mode = args[0].as_python_constant()
+            initial = torch.is_grad_enabled()
+            set_grad(tx, mode)
+            return GradModeVariable(mode, initial, applied=True)
+        if cls in (torch.autocast, torch.amp.autocast, getattr(torch.cpu.amp, "autocast", None)):
+            params = inspect.signature(torch.autocast.__init__).bind(None, *[a.as_python_constant() for a in args],
+                                                                    **{k: v.as_python_constant() for k, v in kwargs.items()})
+            params.apply_defaults()
+            named = dict(params.arguments)
+            named.pop("self")
+            return AutocastVariable(named)
+        if cls is torch.Size:
+            return SizeVariable(args[0].unpack_var_sequence(tx) if args else [])
+        if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+            fields = cls._fields
+            defaults = getattr(cls, "_field_defaults", {})
+            bound = dict(zip(fields, args))
+            bound.update(kwargs)
+            from .builder import wrap_constant_like
+
+            items = [bound[f] if f in bound else wrap_constant_like(tx, defaults[f]) for f in fields]
+            return NamedTupleVariable(items, cls)
+        if is_model_output_class(cls):
+            return ModelOutputVariable.create(tx, cls, args, kwargs)
+        if cls in (collections.OrderedDict, collections.defaultdict) or cls is dict:
+            result = DictVariable(user_cls=cls)
+            if cls is collections.defaultdict:
+                result.default_factory = args[0] if args else ConstantVariable(None)
+                args = args[1:]
+            if args:
+                result.call_method(tx, "update", args, {})
+            for k, v in kwargs.items():
+                result.items[k] = (ConstantVariable(k), v)
+            return result
+        if issubclass(cls, BaseException):
+            unsupported(f"constructing exception {cls.__name__}")
+        if issubclass(cls, torch.nn.Module) or issubclass(cls, torch.Tensor):
+            unsupported(f"constructing {cls.__name__} inside a compiled frame")
+        if (cls.__new__ is object.__new__ and type(cls) is type and not hasattr(cls, "__slots__")
+                and cls.__module__ not in ("builtins",)):
+            obj = NewObjectVariable(cls)
+            init = mro_lookup(cls, "__init__")
+            if isinstance(init, types.FunctionType):
+                from .functions import UserFunctionVariable
+
+                UserFunctionVariable(init).call_function(tx, [obj, *args], kwargs)
+            elif args or kwargs:
+                unsupported(f"{cls.__name__}() takes no arguments")
+            return obj
+        unsupported(f"constructing {cls.__qualname__}")
+
+
+class UserDefinedObjectVariable(VariableTracker):
+    """A pre-existing user object (guarded by type; attributes read through sources)."""
+
+    def __init__(self, value, source=None):
+        self.value = value
+        self.source = source
+
+    def python_type(self):
+        return type(self.value)
+
+    def var_getattr(self, tx, name):
+        return generic_getattr(tx, self, self.value, name)
+
+    def call_function(self, tx, args, kwargs):
+        call = mro_lookup(type(self.value), "__call__")
+        if isinstance(call, types.FunctionType):
+            from .functions import UserFunctionVariable
+
+            return UserFunctionVariable(call).call_function(tx, [self, *args], kwargs)
+        unsupported(f"calling {type(self.value).__name__} object")
+
+    def call_method(self, tx, name, args, kwargs):
+        method = mro_lookup(type(self.value), name)
+        if method is _MISSING and name.startswith("__"):
+            unsupported(f"{type(self.value).__name__} has no {name}")
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def truth(self, tx):
+        cls = type(self.value)
+        if mro_lookup(cls, "__bool__") is not _MISSING or mro_lookup(cls, "__len__") is not _MISSING:
+            unsupported(f"bool() of a {cls.__name__} object")
+        return True
+
+    def as_python_constant(self):
+        if isinstance(self.value, (torch.finfo, torch.iinfo)) or self.source is None and not callable(self.value):
+            return self.value
+        unsupported(f"{type(self.value).__name__} object is not a constant")
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.from_source(self.source)
+        value = self.value
+        return lambda rt: value
+
+    def __repr__(self):
+        return f"UserDefinedObjectVariable({type(self.value).__name__})"
+
+
+class NewObjectVariable(VariableTracker):
+    """An instance of a plain user class (or dataclass) created during tracing."""
+
+    def __init__(self, cls):
+        self.cls = cls
+        self.attrs: dict[str, VariableTracker] = {}
+
+    def python_type(self):
+        return self.cls
+
+    def var_getattr(self, tx, name):
+        if name == "__class__":
+            return UserDefinedClassVariable(self.cls)
+        return generic_getattr(tx, self, None, name, instance_dict=self.attrs)
+
+    def store_attr(self, tx, name, value):
+        self.attrs[name] = value
+
+    def call_method(self, tx, name, args, kwargs):
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def truth(self, tx):
+        if mro_lookup(self.cls, "__bool__") is not _MISSING or mro_lookup(self.cls, "__len__") is not _MISSING:
+            unsupported(f"bool() of a {self.cls.__name__} object")
+        return True
+
+    def reconstruct(self, cg):
+        cls = self.cls
+        attrs = {k: cg.recipe(v) for k, v in self.attrs.items()}
+
+        def make(rt):
+            obj = object.__new__(cls)
+            obj.__dict__.update({k: r(rt) for k, r in attrs.items()})
+            return obj
+        return make
+
+    def __repr__(self):
+        return f"NewObjectVariable({self.cls.__name__})"
+
+
+class PythonModuleVariable(VariableTracker):
+    """A Python module (``math``, ``torch.nn.functional``, a user module)."""
+
+    def __init__(self, value, source=None):
+        self.value = value
+        self.source = source
+
+    def python_type(self):
+        return types.ModuleType
+
+    def as_python_constant(self):
+        return self.value
+
+    def is_python_constant(self):
+        return True
+
+    def var_getattr(self, tx, name):
+        from .builder import wrap, wrap_constant_like
+
+        try:
+            value = getattr(self.value, name)
+        except AttributeError:
+            unsupported(f"module {self.value.__name__} has no attribute {name}")
+        if self.value.__name__.split(".")[0] in ("torch", "math", "operator", "builtins", "collections",
+                                                 "functools", "itertools", "typing", "dataclasses", "inspect"):
+            return wrap_constant_like(tx, value)
+        return wrap(tx, value, attr_source(self.source, name))
+
+    def reconstruct(self, cg):
+        value = self.value
+        return lambda rt: value
+
+
+def is_model_output_class(cls) -> bool:
+    return isinstance(cls, type) and any(b.__name__ == "ModelOutput" and b.__module__.startswith("transformers")
+                                         for b in cls.__mro__)
+
+
+class ModelOutputVariable(VariableTracker):
+    """A transformers ``ModelOutput`` (an OrderedDict dataclass) built in the frame."""
+
+    def __init__(self, cls, fields: dict):
+        self.cls = cls
+        self.fields = fields  # every dataclass field name -> tracker
+
+    @classmethod
+    def create(cls, tx, model_cls, args, kwargs):
+        names = [f.name for f in dataclasses.fields(model_cls)]
+        values = dict(zip(names, args))
+        values.update(kwargs)
+        fields = {}
+        for f in dataclasses.fields(model_cls):
+            if f.name in values:
+                fields[f.name] = values[f.name]
+            elif f.default is not dataclasses.MISSING:
+                fields[f.name] = ConstantVariable(f.default)
+            else:
+                fields[f.name] = ConstantVariable(None)
+        return cls(model_cls, fields)
+
+    def python_type(self):
+        return self.cls
+
+    def _present(self):
+        return [(k, v) for k, v in self.fields.items() if not (isinstance(v, ConstantVariable) and v.value is None)]
+
+    def var_getattr(self, tx, name):
+        if name in self.fields:
+            return self.fields[name]
+        from .functions import BoundMethodVariable, UserFunctionVariable
+
+        attr = mro_lookup(self.cls, name)
+        if isinstance(attr, types.FunctionType) and name != "to_tuple":
+            return BoundMethodVariable(UserFunctionVariable(attr), self)
+        unsupported(f"ModelOutput attribute {name}")
+
+    def call_method(self, tx, name, args, kwargs):
+        from .containers import TupleVariable
+
+        if name == "to_tuple":
+            return TupleVariable([v for _, v in self._present()])
+        if name == "__getitem__":
+            key = args[0].as_python_constant()
+            if isinstance(key, str):
+                return dict(self._present())[key]
+            return TupleVariable([v for _, v in self._present()]).getitem(tx, args[0])
+        if name in ("keys", "values", "items"):
+            present = self._present()
+            if name == "keys":
+                return TupleVariable([ConstantVariable(k) for k, _ in present])
+            if name == "values":
+                return TupleVariable([v for _, v in present])
+            return TupleVariable([TupleVariable([ConstantVariable(k), v]) for k, v in present])
+        if name == "__len__":
+            return ConstantVariable(len(self._present()))
+        if name == "__contains__":
+            return ConstantVariable(args[0].as_python_constant() in dict(self._present()))
+        if name == "get":
+            return dict(self._present()).get(args[0].as_python_constant(), args[1] if len(args) > 1 else ConstantVariable(None))
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def unpack_var_sequence(self, tx):
+        return [ConstantVariable(k) for k, _ in self._present()]
+
+    def reconstruct(self, cg):
+        cls = self.cls
+        recipes = {k: cg.recipe(v) for k, v in self.fields.items()}
+        return lambda rt: cls(**{k: r(rt) for k, r in recipes.items()})
+
