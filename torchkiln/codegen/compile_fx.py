@@ -104,12 +104,12 @@ def _eager(gm):
 
 def _compile(gm, example_inputs) -> CompiledGraph:
     graph = GraphLowering(gm, example_inputs).run()
-    scheduler = Scheduler(graph).run()
-    device = _device_of(graph)
-    needed = _needed_outside_kernels(graph, scheduler.entries)
-    entries = finalize(scheduler.entries, needed, graph, device)
-    kernels = [e for e in entries if isinstance(e, type(entries[0]))] if False else \
-        [e for e in entries if not isinstance(e, Buffer)]
+    with graph:  # inner functions run again while scheduling
+        scheduler = Scheduler(graph).run()
+        device = _device_of(graph)
+        needed = _needed_outside_kernels(graph, scheduler.entries)
+        entries = finalize(scheduler.entries, needed, graph, device)
+    kernels = [e for e in entries if not isinstance(e, Buffer)]
     generator = get_generator(device)
     objects = generator.compile_kernels(kernels)
     source, globals_ = WrapperCodegen(graph, entries, generator, objects).generate()

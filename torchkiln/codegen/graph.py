@@ -74,15 +74,21 @@ class GraphLowering:
         return self._input_offsets.get(buf.name, sympy.Integer(0))
 
     # ---- the lowering pass
-    def run(self):
+    def __enter__(self):
+        """Make this the graph lowerings and inner functions register with."""
         nodes._graph_stack.append(self)
-        try:
+        return self
+
+    def __exit__(self, *exc):
+        nodes._graph_stack.pop()
+        return False
+
+    def run(self):
+        with self:
             env = {}
             for node in self.gm.graph.nodes:
                 self.current_node = node
                 env[node] = self._lower(node, env)
-        finally:
-            nodes._graph_stack.pop()
         return self
 
     def _note_shape_env(self, val):

@@ -696,7 +696,8 @@ def mean(x, dim=None, keepdim=False, dtype=None):
 
 
 def _var_mean(x, dim, correction, keepdim):
-    odt = out_dtype()[0] if isinstance(out_dtype_safe(), tuple) else out_dtype_safe()
+    odt = out_dtype_safe()
+    odt = odt[0] if isinstance(odt, tuple) else odt
     acc = _acc(odt)
     dims = _dims(x, dim)
     count = _numel([x.get_size()[d] for d in dims])
