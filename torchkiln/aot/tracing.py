@@ -44,6 +44,9 @@ def _tracing_context(fake_mode):
     stack = contextlib.ExitStack()
     stack.enter_context(fake_mode)
     stack.enter_context(enable_python_dispatcher())
+    # RNNs traced through their generic ATen composite: the oneDNN RNN kernels return an
+    # undefined workspace tensor on CPU that a saved-tensor backward cannot take.
+    stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
     # Real tensors closed over by the function (constants) become graph constants.
     old = fake_mode.allow_non_fake_inputs
     fake_mode.allow_non_fake_inputs = True
