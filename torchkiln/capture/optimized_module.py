@@ -7,16 +7,18 @@ buffers, ``.to()``, ``train()``/``eval()`` act on the same tensors and flags.
 
 A call runs the original module's ``forward`` through the compiled wrapper, cached on
 ``forward``'s code object (so instances of one class share entries, as with torch's
-``inline_inbuilt_nn_modules``).  When the module has hooks (its own or global ones),
-the call is captured from ``module(*args, **kwargs)`` instead, so capture inlines
-``__call__`` with its hooks; that frame is per module class.  Lazy modules are
-materialised eagerly first, as torch does.
+``inline_inbuilt_nn_modules``).  The module's own hooks run as ``Module.__call__`` runs
+them, outside the forward graph, and each hook function is compiled as a frame of its
+own: the frames torch.compile captures when its frame hook skips ``Module.__call__``.
+Only legacy (non-full) backward hooks make the call captured from
+``module(*args, **kwargs)`` instead (one frame per module class) so capture inlines
+them.  Lazy modules are materialised eagerly first, as torch does.
 """
 from __future__ import annotations
 
 import types
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.nn.modules import module as _nn_module
@@ -44,6 +46,46 @@ def _has_hooks(mod: torch.nn.Module) -> bool:
     return bool(mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks or mod._backward_pre_hooks
                 or _nn_module._global_forward_hooks or _nn_module._global_forward_pre_hooks
                 or _nn_module._global_backward_hooks or _nn_module._global_backward_pre_hooks)
+
+
+def _call_with_hooks(context, mod: torch.nn.Module, forward: Callable, args: tuple, kwargs: dict):
+    """``Module.__call__``'s hook protocol around ``forward``, each hook compiled.
+
+    Forward pre-hooks (with and without kwargs) may replace the arguments, forward
+    hooks the result; full backward (pre-)hooks are attached with
+    ``torch.utils.hooks.BackwardHook`` as eager does.
+    """
+    g = _nn_module
+    for hook_id, hook in (*g._global_forward_pre_hooks.items(), *mod._forward_pre_hooks.items()):
+        if hook_id in mod._forward_pre_hooks_with_kwargs:
+            new = context.wrap(hook)(mod, args, kwargs)
+            if new is not None:
+                if not (isinstance(new, tuple) and len(new) == 2):
+                    raise RuntimeError("forward pre-hook must return None or a tuple of (new_args, new_kwargs), "
+                                       f"but got {new}.")
+                args, kwargs = new
+        else:
+            new = context.wrap(hook)(mod, args)
+            if new is not None:
+                args = new if isinstance(new, tuple) else (new,)
+    full_backward_hooks, _ = mod._get_backward_hooks()
+    backward_pre_hooks = mod._get_backward_pre_hooks()
+    bw_hook = None
+    if full_backward_hooks or backward_pre_hooks:
+        bw_hook = torch.utils.hooks.BackwardHook(mod, full_backward_hooks, backward_pre_hooks)
+        args = bw_hook.setup_input_hook(args)
+    result = forward(*args, **kwargs)
+    global_with_kwargs = getattr(g, "_global_forward_hooks_with_kwargs", {})
+    for hook_id, hook in (*g._global_forward_hooks.items(), *mod._forward_hooks.items()):
+        if hook_id in mod._forward_hooks_with_kwargs or hook_id in global_with_kwargs:
+            new = context.wrap(hook)(mod, args, kwargs, result)
+        else:
+            new = context.wrap(hook)(mod, args, result)
+        if new is not None:
+            result = new
+    if bw_hook is not None:
+        result = bw_hook.setup_output_hook(result)
+    return result
 
 
 class OptimizedModule(torch.nn.Module):
@@ -78,7 +120,8 @@ class OptimizedModule(torch.nn.Module):
             return native(*args, **kwargs)
         if hasattr(mod, "_initialize_hook"):  # a lazy module not yet materialised
             mod._infer_parameters(mod, args, kwargs)
-        if _has_hooks(mod):
+        hooked = _has_hooks(mod)
+        if hooked and mod._get_backward_hooks()[1]:  # legacy non-full backward hooks
             return context.wrap(_call_module_for(type(mod)))(mod, *args, **kwargs)
         fwd = mod.forward
         func = fwd.__func__ if isinstance(fwd, types.MethodType) and fwd.__self__ is mod else fwd
@@ -86,9 +129,11 @@ class OptimizedModule(torch.nn.Module):
         if cached_func is not func:
             compiled = context.wrap(func)
             self.__dict__["_torchkiln_forward"] = (func, compiled)
-        if func is fwd:
-            return compiled(*args, **kwargs)
-        return compiled(mod, *args, **kwargs)
+        if func is not fwd:
+            compiled = types.MethodType(compiled, mod)
+        if hooked:
+            return _call_with_hooks(context, mod, compiled, args, kwargs)
+        return compiled(*args, **kwargs)
 
     def __reduce__(self):
         return (self.__class__, (self._orig_mod, self._torchkiln_context))
