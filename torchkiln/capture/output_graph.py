@@ -154,8 +154,14 @@ class OutputGraph:
 
         return wrap_constant_like(tx, example)
 
+    def _eliminate_dead_code(self):
+        """Drop unused pure nodes; in-place ops and global-state changes stay."""
+        for node in reversed(list(self.graph.nodes)):
+            if node.op in ("call_function", "call_method") and not node.users and not _is_impure(node):
+                self.graph.erase_node(node)
+
     def _drop(self, node):
-        if not node.users:
+        if not node.users and not _is_impure(node):
             self.graph.erase_node(node)
 
     # -- compiling -----------------------------------------------------------------------
@@ -169,7 +175,7 @@ class OutputGraph:
         counted (torch does not call the backend for them either).
         """
         self.graph.output(tuple(vt.node for vt in output_vts))
-        self.graph.eliminate_dead_code()
+        self._eliminate_dead_code()
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name="GraphModule")
         gm.meta["torchkiln_sources"] = [i.source for i in self.inputs]
         if self.count_ops() == 0:
@@ -186,6 +192,26 @@ class OutputGraph:
             warnings.warn(f"torchkiln: backend {name!r} raised {type(e).__name__}: {e}; running the graph eagerly")
             compiled = gm.forward
         return compiled, gm
+
+
+_IMPURE = {operator.setitem, torch._C._set_grad_enabled, torch.amp.autocast_mode._enter_autocast,
+           torch.amp.autocast_mode._exit_autocast, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+           operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior,
+           operator.ixor, operator.ilshift, operator.irshift}
+
+
+def _is_impure(node) -> bool:
+    target = node.target
+    if node.kwargs.get("inplace") is True or "out" in node.kwargs:
+        return True
+    if node.op == "call_method":
+        return target.endswith("_") and not target.endswith("__") or target in ("__setitem__",)
+    if target in _IMPURE:
+        return True
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.is_mutable
+    name = getattr(target, "__name__", "")
+    return name.endswith("_") and not name.endswith("__")
 
 
 def _contains_graph_value(value) -> bool:

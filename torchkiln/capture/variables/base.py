@@ -122,6 +122,28 @@ class ConstantVariable(VariableTracker):
         return f"ConstantVariable({self.value!r})"
 
 
+class MethodVariable(VariableTracker):
+    """``obj.name`` for a method of a container tracker, called through ``call_method``."""
+
+    def __init__(self, obj, name):
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def reconstruct(self, cg):
+        obj, name = cg.recipe(self.obj), self.name
+        return lambda rt: getattr(obj(rt), name)
+
+
+def method_of(vt, name):
+    """A MethodVariable when ``vt``'s Python type has method ``name``, else Unsupported."""
+    if callable(getattr(vt.python_type(), name, None)):
+        return MethodVariable(vt, name)
+    unsupported(f"AttributeError: '{vt.python_type().__name__}' object has no attribute '{name}'")
+
+
 class NullVariable(VariableTracker):
     """The NULL CPython pushes below a callable (PUSH_NULL / LOAD_GLOBAL's low bit)."""
 

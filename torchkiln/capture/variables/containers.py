@@ -12,7 +12,7 @@ import operator
 
 import torch
 
-from .base import ConstantVariable, VariableTracker, unsupported
+from .base import ConstantVariable, VariableTracker, method_of, unsupported
 
 
 def _const(vt):
@@ -45,6 +45,9 @@ class BaseListVariable(VariableTracker):
 
     def new(self, items):
         return type(self)(items)
+
+    def var_getattr(self, tx, name):
+        return method_of(self, name)
 
     def getitem(self, tx, index_vt):
         index = index_vt
@@ -150,8 +153,7 @@ class NamedTupleVariable(TupleVariable):
         return self.tuple_cls(*[i.as_python_constant() for i in self.items])
 
     def var_getattr(self, tx, name):
-        fields = getattr(self.tuple_cls, "_fields", None) or [
-            f for f in dir(self.tuple_cls) if isinstance(getattr(self.tuple_cls, f, None), property)]
+        fields = getattr(self.tuple_cls, "_fields", None) or getattr(self.tuple_cls, "__match_args__", ())
         if name in fields:
             return self.items[list(fields).index(name)]
         attr = getattr(self.tuple_cls, name, None)
@@ -268,6 +270,9 @@ class DictVariable(VariableTracker):
     def python_type(self):
         return self.user_cls
 
+    def var_getattr(self, tx, name):
+        return method_of(self, name)
+
     def truth(self, tx):
         return bool(self.items)
 
@@ -375,6 +380,9 @@ class SetVariable(VariableTracker):
 
     def python_type(self):
         return frozenset if self.frozen else set
+
+    def var_getattr(self, tx, name):
+        return method_of(self, name)
 
     def truth(self, tx):
         return bool(self.items)

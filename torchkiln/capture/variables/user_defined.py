@@ -149,6 +149,11 @@ class UserDefinedClassVariable(VariableTracker):
             return AutocastVariable(named)
         if cls is torch.Size:
             return SizeVariable(args[0].unpack_var_sequence(tx) if args else [])
+        if cls in (torch.finfo, torch.iinfo, torch.device) and all(a.is_python_constant() for a in args):
+            from .builder import wrap_constant_like
+
+            return wrap_constant_like(tx, cls(*[a.as_python_constant() for a in args],
+                                              **{k: v.as_python_constant() for k, v in kwargs.items()}))
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):
             fields = cls._fields
             defaults = getattr(cls, "_field_defaults", {})
