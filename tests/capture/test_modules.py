@@ -29,6 +29,7 @@ Parts dropped inside kept tests:
 import collections
 import copy
 import itertools
+import traceback
 import types
 import unittest
 from copy import deepcopy
