@@ -151,15 +151,18 @@ class GraphLowering:
         elif isinstance(data, Pointwise) and len(node.users) > 1 and data.num_ops() > config.realize_ops_threshold:
             box.realize(self._dense_stride(val))
 
-    @staticmethod
-    def _dense_stride(val):
+    def _dense_stride(self, val):
         """The fake value's strides when they describe a dense, non-overlapping tensor."""
-        try:
-            if torch._prims_common.is_non_overlapping_and_dense(val):
-                return list(val.stride())
-        except Exception:
-            pass
-        return None
+        sizes = [self.hint(to_sympy(s)) for s in val.shape]
+        strides = [self.hint(to_sympy(s)) for s in val.stride()]
+        expected = 1
+        for size, stride in sorted(zip(sizes, strides), key=lambda p: p[1]):
+            if size == 1:
+                continue
+            if stride != expected:
+                return None
+            expected *= size
+        return list(val.stride())
 
     def _output(self, value, node):
         if isinstance(value, TensorBox):
