@@ -55,6 +55,21 @@ def peer_compiler(model: torch.nn.Module) -> Callable:
     return torch.compile(model, backend="inductor")
 
 
+def preload(backend: str, peer: bool) -> None:
+    """Import the compilers' modules before anything is timed, so that compile times
+    do not include one-time imports; a backend that fails to import fails later,
+    in its own variant."""
+    try:
+        from torchkiln.backends import lookup_backend
+
+        lookup_backend(backend)
+    except Exception:
+        pass
+    if peer:
+        import torch._dynamo  # noqa: F401
+        import torch._inductor.compile_fx  # noqa: F401
+
+
 def torchkiln_graphs() -> tuple[int, int]:
     """(graphs compiled, graph breaks) so far, from ``torchkiln.counters``."""
     from torchkiln import counters
@@ -233,6 +248,7 @@ def measure_model(name: str, mode: str, opts: Options, phase: str = "cold",
             row["traceback"] = traceback.format_exc(limit=-8)
             return row
         fp64 = _fp64_reference(pristine, work, mode, opts.device)
+        preload(opts.backend, opts.peer)
         steps = {"eager_": eager}
         if phase == "warm":
             _peak_memory("eager_", eager, row, opts)
