@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
+import subprocess
 import time
 from typing import Any
 
@@ -122,13 +124,23 @@ def _clean(value):
     return value
 
 
+def _git_commit() -> str | None:
+    """The checkout's commit, when torchkiln runs from a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=os.path.dirname(__file__), capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 def write_json(path: str, rows: list[dict], summary: dict, meta: dict) -> None:
     """``{"meta": {...}, "summary": {...}, "rows": [...]}``; times in ms/s, memory in MiB,
     non-finite numbers as null."""
     import torch
 
     meta = dict(meta, torch=torch.__version__, python=platform.python_version(), machine=platform.machine(),
-                time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), commit=_git_commit())
     with open(path, "w") as f:
         json.dump(_clean({"meta": meta, "summary": summary, "rows": rows}), f, indent=1)
         f.write("\n")
