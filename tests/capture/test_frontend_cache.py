@@ -388,3 +388,14 @@ def test_partial_compiles_its_function(fake_capture):
     x = torch.randn(3)
     assert same(p(x), add_mul(x, torch.ones(3)))
     assert cnt.frame_count == 1
+
+
+def test_recompile_limit_alias(fake_capture):
+    cnt = CompileCounter()
+    f = torchkiln.compile(add_mul, backend=cnt, dynamic=False)
+    with torchkiln.config.patch(recompile_limit=1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in (2, 3, 4):
+            x = torch.randn(n)
+            assert same(f(x, x), add_mul(x, x))
+    assert cnt.frame_count == 1

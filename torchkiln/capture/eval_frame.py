@@ -250,7 +250,7 @@ def _on_miss(fc: FrameCache, ctx: CompileContext, fn: types.FunctionType, args: 
             ctx.guard_fail_fn(GuardFail(reason, code))
         if ctx.dynamic is not False and config.automatic_dynamic_shapes:
             fc.shapes.note_size_failures(previous.guard.size_failures(f_locals))
-    limit = config.cache_size_limit
+    limit = min(config.cache_size_limit, config.recompile_limit)  # torch 2.13 renamed it; honour both
     if len(fc.entries) >= limit:
         if not fc.limit_warned:
             fc.limit_warned = True
