@@ -1,19 +1,21 @@
 """Measure one model in one mode, in the current process.
 
-``measure(name, mode, options)`` builds the model (seed 0), keeps a pristine copy, and
-runs each variant -- eager, torchkiln, and with ``options.peer`` ``torch.compile``
-(inductor) -- on its own deep copy, so every variant starts from identical weights:
+``measure_model(name, mode, options, phase)`` builds the model (seed 0), keeps a
+pristine copy, and gives each variant -- eager, torchkiln, and with ``options.peer``
+``torch.compile`` (inductor) -- its own deep copy, so every variant starts from
+identical weights.  For each compiled variant the first call (inference: a
+``no_grad`` forward; training: forward, loss and backward) is timed as the compile
+time, and its result -- outputs, or the loss and every parameter's gradient -- is
+compared with eager's (:mod:`.correctness`).  Then:
 
-* the first call (inference: a ``no_grad`` forward; training: forward, loss and
-  backward) is timed as the compile time and its result -- outputs, or loss and every
-  parameter's gradient -- is compared with eager's (:mod:`.correctness`);
-* then ``warmup`` untimed and ``repeat`` timed steps give the steady-state median
-  (training steps include ``zero_grad`` and an ``AdamW`` step, which run eagerly in
-  every variant), with the peak memory of those steps (:mod:`.measure`).
+* ``phase="cold"``: ``warmup`` untimed and ``repeat`` timed steps per variant, the
+  variants' steps interleaved, give the steady-state medians;
+* ``phase="warm"`` (a new process with the caches the cold one left): a few steps of
+  one variant at a time give its peak memory (:mod:`.measure`).
 
-``phase="warm"`` only times the first call and checks it (the compile time with the
-caches a previous process left).  Failures never escape: a variant that raises gets
-``status="error"`` with the exception's first line.
+Training steps include ``zero_grad`` and an ``AdamW`` step, which run eagerly in every
+variant.  Failures never escape: a variant that raises gets ``status="error"`` with
+the exception's first line, and the other variants go on.
 """
 from __future__ import annotations
 
