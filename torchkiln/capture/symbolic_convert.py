@@ -1044,7 +1044,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         stack_vts = list(self.stack)
         stack_nulls = [isinstance(v, NullVariable) for v in stack_vts]
         stack_recipes = [cg.recipe(v) for v in stack_vts if not isinstance(v, NullVariable)]
-        local_names = [n for n in self.symbolic_locals if not isinstance(self.symbolic_locals[n], NullVariable)]
+        local_names = [n for n in self.symbolic_locals if not isinstance(self.symbolic_locals[n], NullVariable)
+                       and not n.startswith("___stack")]  # a resume prologue's temporaries are dead
         local_recipes = [cg.recipe(self.symbolic_locals[n]) for n in local_names]
         for cname, cell in self.cells.items():
             if isinstance(cell, CellVariable) and cell.value is not None and cname not in local_names:

@@ -104,7 +104,8 @@ def wrap(tx, value, source: str | None) -> VariableTracker:
 
 
 def _wrap(tx, value, source):
-    from .containers import DictVariable, ListVariable, NamedTupleVariable, SetVariable, SizeVariable, TupleVariable
+    from .containers import (DictVariable, ListIteratorVariable, ListVariable, NamedTupleVariable, SetVariable,
+                             SizeVariable, TupleVariable)
     from .functions import BoundMethodVariable, UserFunctionVariable
     from .nn_module import NNModuleVariable
     from .torch_fns import TorchVariable
@@ -125,6 +126,14 @@ def _wrap(tx, value, source):
         if getattr(existing, "source", None) is not None and not isinstance(existing, ConstantVariable):
             g.add(f"{source} is {existing.source}")
         return existing
+    if type(value) in _SEQ_ITERATORS:
+        # A list/tuple iterator (e.g. a for-loop's iterator handed to a resume function):
+        # its remaining items, read without consuming it through __reduce__.
+        _, (seq,), index = value.__reduce__()
+        seq_source = f"{source}.__reduce__()[1][0]"
+        g.type_match(source, value)
+        g.add(f"len({seq_source}) - {source}.__reduce__()[2] == {len(seq) - index}")
+        return ListIteratorVariable([wrap(tx, v, item_source(seq_source, i)) for i, v in enumerate(seq) if i >= index])
     if isinstance(value, torch.Size):
         g.constant_match(source, value)
         return SizeVariable([ConstantVariable(v) for v in value], source)
@@ -182,6 +191,9 @@ def _wrap(tx, value, source):
 
 
 _BUILTIN_IDS = {id(v) for v in vars(builtins).values() if callable(v)}
+
+
+_SEQ_ITERATORS = (type(iter([])), type(iter(())))
 
 
 def wrap_constant_like(tx, value) -> VariableTracker:

@@ -185,7 +185,7 @@ class BuiltinVariable(VariableTracker):
                 if item.truth(tx) is not result:
                     return ConstantVariable(not result)
             return ConstantVariable(result)
-        if fn is sum and not args[0].is_python_constant():
+        if fn is sum and not _all_const(args, kwargs):
             total = args[1] if len(args) > 1 else ConstantVariable(0)
             for item in args[0].unpack_var_sequence(tx):
                 total = tx.binary_op(operator.add, total, item)
