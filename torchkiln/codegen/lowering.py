@@ -121,7 +121,7 @@ UNARY = {
     "rsqrt": aten.rsqrt, "sin": aten.sin, "cos": aten.cos, "tan": aten.tan, "asin": aten.asin,
     "acos": aten.acos, "atan": aten.atan, "sinh": aten.sinh, "cosh": aten.cosh, "tanh": aten.tanh,
     "asinh": aten.asinh, "acosh": aten.acosh, "atanh": aten.atanh, "erf": aten.erf, "erfc": aten.erfc,
-    "erfinv": aten.erfinv, "sigmoid": aten.sigmoid, "relu": aten.relu, "floor": aten.floor,
+    "sigmoid": aten.sigmoid, "relu": aten.relu, "floor": aten.floor,
     "ceil": aten.ceil, "trunc": aten.trunc, "sign": aten.sign, "signbit": aten.signbit,
     "reciprocal": aten.reciprocal, "isnan": aten.isnan, "isinf": aten.isinf,
     "logical_not": aten.logical_not, "bitwise_not": aten.bitwise_not, "lgamma": aten.lgamma,

@@ -1,0 +1,174 @@
+"""The C++ code generator's own decisions: fusion (kernel counts), buffer reuse,
+wrapper printing, dynamic sizes reusing kernels, the on-disk .so cache across
+processes, counted fallbacks.  Eager PyTorch is the oracle for every result."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from torchkiln.codegen import compile_fx_inner, config, metrics
+from torchkiln.codegen.decompositions import decompositions
+from torchkiln.utils.counters import counters
+
+
+def compile_and_check(fn, *args, tracing_mode="real", atol=1e-5):
+    gm = make_fx(fn, decomposition_table=decompositions(), tracing_mode=tracing_mode)(*args)
+    metrics.reset()
+    with config.patch(debug=True):
+        compiled = compile_fx_inner(gm, [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"])
+    out = compiled(*args)
+    ref = fn(*args)
+    for a, b in zip(out, ref):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        torch.testing.assert_close(a, b, atol=atol, rtol=atol, equal_nan=True)
+    return compiled
+
+
+def test_pointwise_chain_is_one_kernel():
+    c = compile_and_check(lambda x, y: (((x * 2).sin() + y).relu() - 1,), torch.randn(8, 16), torch.randn(16))
+    assert metrics.generated_kernel_count == 1
+    assert "#pragma omp simd" in c.kernel_source
+
+
+def test_softmax_is_one_kernel_with_three_loops():
+    c = compile_and_check(lambda x: (torch.softmax(x, -1),), torch.randn(4, 33))
+    assert metrics.generated_kernel_count == 1
+    (kernel,) = c.kernels
+    assert [lp.reduction for lp in kernel.loops].count(True) == 3
+
+
+def test_layer_norm_gelu_fuses_into_one_kernel():
+    ln = torch.nn.functional.layer_norm
+    fn = lambda x, w, b: (torch.nn.functional.gelu(ln(x, (32,), w, b)),)  # noqa: E731
+    compile_and_check(fn, torch.randn(6, 32), torch.randn(32), torch.randn(32))
+    assert metrics.generated_kernel_count == 1
+
+
+def test_sibling_reductions_share_a_kernel():
+    compile_and_check(lambda x: (x.sum(-1), x.amax(-1), x.argmin(-1)), torch.randn(5, 7))
+    assert metrics.generated_kernel_count == 1
+
+
+def test_mm_is_an_extern_kernel_between_fused_kernels():
+    c = compile_and_check(lambda x, w: ((x.relu() @ w).tanh(),), torch.randn(4, 8), torch.randn(8, 3))
+    assert metrics.generated_kernel_count == 2
+    assert metrics.extern_kernel_count == 1
+    assert "aten.mm" in c.source or "_c" in c.source
+
+
+def test_views_are_index_rewrites():
+    fn = lambda x: ((x.t()[1:, ::2] * 3).unsqueeze(0).expand(2, -1, -1),)  # noqa: E731
+    c = compile_and_check(fn, torch.randn(6, 5))
+    assert metrics.generated_kernel_count == 1
+    assert "as_strided" not in c.source
+
+
+def test_output_alias_of_input_is_a_view():
+    x = torch.randn(3, 4)
+    c = compile_and_check(lambda a: (a.t(), a.view(-1)), x)
+    out = c(x)
+    assert out[0].data_ptr() == x.data_ptr() and out[1].data_ptr() == x.data_ptr()
+    assert metrics.generated_kernel_count == 0
+
+
+def test_dead_buffers_are_freed_and_reused():
+    def fn(x, w):
+        a = (x + 1) @ w
+        b = (a.sin() + 1) @ w
+        c = (b.cos() + 1) @ w
+        return (c,)
+
+    c = compile_and_check(fn, torch.randn(8, 8), torch.randn(8, 8))
+    assert "del " in c.source
+    assert "# reuse" in c.source
+
+
+def test_wrapper_binds_symbols_and_kernels_take_sizes():
+    x = torch.randn(5, 8)
+    c = compile_and_check(lambda a: ((a * 2).sum(0),), x, tracing_mode="symbolic")
+    assert ".size(0)" in c.source
+    for n in (3, 11):
+        y = torch.randn(n, 8)
+        torch.testing.assert_close(c(y)[0], (y * 2).sum(0))
+
+
+def test_output_code_log(capfd):
+    from torchkiln.utils.logging import set_logs
+
+    set_logs("output_code")
+    try:
+        compile_and_check(lambda x: (x.exp(),), torch.randn(3))
+    finally:
+        set_logs()
+    err = capfd.readouterr().err
+    assert "def call(" in err and 'extern "C"' in err
+
+
+def test_fallback_is_counted():
+    compile_and_check(lambda x: (torch.erfinv(x * 0.5).sin(),), torch.rand(16))
+    assert metrics.fallback_ops["aten.erfinv.default"] == 1
+    assert metrics.generated_kernel_count == 2
+
+
+def test_no_implicit_fallback_raises():
+    gm = make_fx(lambda x: (torch.erfinv(x),))(torch.rand(4))
+    with config.patch(implicit_fallbacks=False, debug=True):
+        with pytest.raises(NotImplementedError):
+            compile_fx_inner(gm, [torch.rand(4)])
+
+
+def test_failed_compile_falls_back_to_eager_with_warning():
+    gm = make_fx(lambda x: (torch.erfinv(x),))(torch.rand(4))
+    x = torch.rand(4)
+    with config.patch(implicit_fallbacks=False):
+        with pytest.warns(UserWarning, match="fell back to eager"):
+            compiled = compile_fx_inner(gm, [x])
+    torch.testing.assert_close(compiled(x)[0], torch.erfinv(x))
+
+
+def test_half_and_bfloat16_accumulate_in_float():
+    for dt in (torch.float16, torch.bfloat16):
+        x = torch.randn(4, 300).to(dt)
+        compile_and_check(lambda a: (a.sum(-1), (a * 2).amax(-1)), x, atol=3e-2)
+
+
+def test_nan_propagates_through_max_and_argmax():
+    x = torch.randn(3, 9)
+    x[1, 4] = float("nan")
+    c = compile_and_check(lambda a: (a.amax(-1), a.argmax(-1), torch.maximum(a, a * 0)), x)
+    assert torch.isnan(c(x)[0][1])
+
+
+def test_so_cache_is_reused_by_another_process(tmp_path):
+    script = textwrap.dedent("""
+        import torch
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torchkiln.codegen import compile_fx_inner
+        from torchkiln.utils.counters import counters
+        x = torch.randn(7, 3)
+        gm = make_fx(lambda a: ((a * 3.5).cos(),))(x)
+        out = compile_fx_inner(gm, [x])(x)[0]
+        assert torch.allclose(out, (x * 3.5).cos(), atol=1e-6)
+        print("HITS", counters["inductor"]["cpp_cache_hit"], "MISSES", counters["inductor"]["cpp_cache_miss"])
+    """)
+    env = dict(os.environ, TORCHKILN_CACHE_DIR=str(tmp_path))
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert "HITS 0 MISSES 1" in first.stdout, first.stderr[-2000:]
+    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert "HITS 1 MISSES 0" in second.stdout, second.stderr[-2000:]
+    assert list((tmp_path / "cpp").glob("*.so"))
+
+
+def test_cache_hit_counted_in_process():
+    x = torch.randn(9)
+    gm = make_fx(lambda a: (a.abs() + 7.25,))(x)
+    compile_fx_inner(gm, [x])
+    before = counters["inductor"]["cpp_cache_hit"]
+    compile_fx_inner(gm, [x])
+    assert counters["inductor"]["cpp_cache_hit"] == before + 1
