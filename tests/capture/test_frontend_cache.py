@@ -399,3 +399,20 @@ def test_recompile_limit_alias(fake_capture):
             x = torch.randn(n)
             assert same(f(x, x), add_mul(x, x))
     assert cnt.frame_count == 1
+
+
+def test_guard_that_raises_counts_as_failed(fake_capture, monkeypatch):
+    cnt = CompileCounter()
+    f = torchkiln.compile(add_mul, backend=cnt)
+    x = torch.randn(3)
+    f(x, x)
+
+    def boom(f_locals):
+        raise KeyError("broken guard")
+
+    fc = eval_frame.frame_cache_for(add_mul)
+    key, _, run = fc.hot[0]
+    fc.hot[0] = (key, boom, run)
+    monkeypatch.setattr(FakeGuard, "failure_reason", lambda self, f_locals: boom(f_locals))
+    assert same(f(x, x), add_mul(x, x))
+    assert cnt.frame_count == 2

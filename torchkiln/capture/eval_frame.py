@@ -218,9 +218,16 @@ def _make_wrapper(fn: types.FunctionType, ctx: CompileContext) -> Callable:
         if getattr(tls, "disabled", False):
             return fn(*args, **kwargs)
         f_locals = binder(args, kwargs)
-        for entry_key, check, run in hot:
-            if entry_key is key and check(f_locals):
-                return run(f_locals)
+        try:  # free unless a guard raises; a guard that raises counts as failed
+            for entry_key, check, run in hot:
+                if entry_key is key and check(f_locals):
+                    break
+            else:
+                run = None
+        except Exception:  # noqa: BLE001
+            run = _lookup_skipping_broken_guards(hot, key, f_locals)
+        if run is not None:
+            return run(f_locals)
         return _on_miss(fc, ctx, fn, args, kwargs, f_locals)
 
     functools.update_wrapper(compiled, fn)
@@ -228,6 +235,24 @@ def _make_wrapper(fn: types.FunctionType, ctx: CompileContext) -> Callable:
     compiled._torchkiln_orig_callable = fn
     compiled._torchkiln_context = ctx
     return compiled
+
+
+def _lookup_skipping_broken_guards(hot: list, key: object, f_locals: dict):
+    """The slow lookup after a guard raised: such an entry just does not match."""
+    for entry_key, check, run in hot:
+        try:
+            if entry_key is key and check(f_locals):
+                return run
+        except Exception:  # noqa: BLE001
+            continue
+    return None
+
+
+def _failure_reason(entry, f_locals: dict) -> str:
+    try:
+        return entry.guard.failure_reason(f_locals) or "unknown guard failure"
+    except Exception as e:  # noqa: BLE001
+        return f"a guard raised {type(e).__name__}: {e}"
 
 
 def _location(code: types.CodeType) -> str:
@@ -240,7 +265,7 @@ def _on_miss(fc: FrameCache, ctx: CompileContext, fn: types.FunctionType, args: 
     code = fc.code
     previous = next((entry for k, entry in fc.entries if k is ctx.key), None)
     if previous is not None:
-        reason = previous.guard.failure_reason(f_locals) or "unknown guard failure"
+        reason = _failure_reason(previous, f_locals)
         message = (f"Recompiling function {code.co_name} in {_location(code)}, triggered by the following "
                    f"guard failure(s):\n    - {reason}")
         if config.error_on_recompile:
@@ -249,12 +274,15 @@ def _on_miss(fc: FrameCache, ctx: CompileContext, fn: types.FunctionType, args: 
         if ctx.guard_fail_fn is not None:
             ctx.guard_fail_fn(GuardFail(reason, code))
         if ctx.dynamic is not False and config.automatic_dynamic_shapes:
-            fc.shapes.note_size_failures(previous.guard.size_failures(f_locals))
+            try:
+                fc.shapes.note_size_failures(previous.guard.size_failures(f_locals))
+            except Exception:  # noqa: BLE001 - no automatic dynamic for this recompile
+                pass
     limit = min(config.cache_size_limit, config.recompile_limit)  # torch 2.13 renamed it; honour both
     if len(fc.entries) >= limit:
         if not fc.limit_warned:
             fc.limit_warned = True
-            last = previous.guard.failure_reason(f_locals) if previous is not None else None
+            last = _failure_reason(previous, f_locals) if previous is not None else None
             warnings.warn(
                 f"torchkiln hit config.cache_size_limit ({limit})\n   function: {code.co_name!r} ({_location(code)})\n"
                 f"   last reason: {last}\nIt now runs eagerly on a cache miss. To log all recompilation reasons, "
