@@ -361,3 +361,26 @@ def test_lazy_module_initialised_before_capture():
     out = opt(x)
     assert mod[0].weight.shape == (5, 7)
     assert same(out, mod(x))
+
+
+def test_torchkiln_logs_recompiles_env(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "recompile.py"
+    script.write_text(
+        "import torch, torchkiln\n"
+        "def f(x):\n"
+        "    return x * 2\n"
+        "cf = torchkiln.compile(f, backend='eager')\n"
+        "cf(torch.randn(3))\n"
+        "cf(torch.randn(3, requires_grad=True))\n"
+    )
+    env = dict(os.environ, TORCHKILN_LOGS="recompiles")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Recompiling function f in" in proc.stderr
+    assert "recompile.py:2" in proc.stderr
+    assert "triggered by the following guard failure(s):" in proc.stderr
+    assert "L['x']" in proc.stderr
