@@ -75,21 +75,34 @@ def device(request):
     """The seed's ``device`` argument; also selects the CPU kernel generator."""
     torchkiln.reset()
     backend = "triton" if request.param == "triton" else "cpp"
-    with codegen.config.patch(cpu_backend=backend), warnings.catch_warnings(record=True) as log:
-        warnings.simplefilter("always")
+    with codegen.config.patch(cpu_backend=backend):
         yield "cuda" if request.param == "cuda" else "cpu"
     torchkiln.reset()
-    ours = [str(w.message) for w in log if "torchkiln" in str(w.filename) or "torchkiln" in str(w.message)]
-    assert not ours, "torchkiln fell back / warned: " + "; ".join(ours)
 
 
-compile_fn = functools.partial(torchkiln.compile, dynamic=True)
+def _checked(compiled):
+    """Calls ``compiled``, failing if torchkiln warned (it warns when it falls back to eager)."""
+
+    def run(*args):
+        with warnings.catch_warnings(record=True) as log:
+            warnings.simplefilter("always")
+            out = compiled(*args)
+        ours = [str(w.message) for w in log if "torchkiln" in str(w.filename) or "torchkiln" in str(w.message)]
+        assert not ours, "torchkiln fell back / warned: " + "; ".join(ours)
+        return out
+
+    return run
+
+
+def compile_fn(fn, **kwargs):
+    """The seed's ``self.compile_fn``: ``torch.compile(dynamic=True)``."""
+    return _checked(torchkiln.compile(fn, dynamic=True, **kwargs))
 
 
 def counted(fn, **kwargs):
     """``compile_fn(fn)`` plus a counter of the frames compiled (the seed's FRAME_COMPILE_COUNTER)."""
     counter = CompileCounterWithBackend("inductor")
-    return torchkiln.compile(fn, backend=counter, dynamic=True, **kwargs), counter
+    return _checked(torchkiln.compile(fn, backend=counter, dynamic=True, **kwargs)), counter
 
 
 def assert_equal(actual, expected, **kw):
@@ -330,7 +343,7 @@ def test_mark_dynamic_reuses_graph(device):
         return torch.softmax(x * 2, -1)
 
     counter = CompileCounterWithBackend("inductor")
-    opt = torchkiln.compile(fn, backend=counter)
+    opt = _checked(torchkiln.compile(fn, backend=counter))
     for n in (6, 9, 13):
         x = torch.randn(4, n, device=device)
         torchkiln.mark_dynamic(x, 1)
