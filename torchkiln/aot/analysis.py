@@ -101,6 +101,14 @@ class ViewAndMutationMeta:
     def needs_autograd(self) -> bool:
         return any(self.fw_output_differentiable())
 
+    def without_intermediate_bases(self) -> "ViewAndMutationMeta":
+        """A copy where views of intermediates are plain outputs (for bare exported graphs)."""
+        n_bases = self.num_intermediate_bases
+        outputs = [dataclasses.replace(o, kind=PLAIN, base_index=None) if o.kind == ALIAS_OF_INTERMEDIATE else o
+                   for o in self.outputs]
+        return dataclasses.replace(self, outputs=outputs, num_intermediate_bases=0, intermediate_bases_require_grad=[],
+                                   fw_out_fakes=self.fw_out_fakes[:len(self.fw_out_fakes) - n_bases])
+
     def describe(self) -> str:
         lines = []
         for i, info in enumerate(self.inputs):

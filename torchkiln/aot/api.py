@@ -280,7 +280,8 @@ def aot_export_joint_simple(func: Callable, args: list, *, trace_joint: bool,
     meta = run_analysis(flat_fn, fake_args)
     if meta.mutated_inputs:
         raise RuntimeError("aot_export_joint_simple does not support input mutations")
-    if any(o.kind != "plain" for o in meta.outputs) or meta.num_intermediate_bases:
+    meta = meta.without_intermediate_bases()
+    if any(o.kind != "plain" for o in meta.outputs):
         raise RuntimeError("aot_export_joint_simple does not support outputs that alias inputs or each other")
     if trace_joint:
         return _trace_joint(flat_fn, meta, fake_args, fake_mode, decompositions)

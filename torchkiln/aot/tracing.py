@@ -36,7 +36,7 @@ def _functional_forward(fn: Callable, meta: ViewAndMutationMeta, f_args: list, c
             if info.mutates_data and info.requires_grad:
                 call_args[i] = call_args[i].clone()
     outs = list(fn(*call_args))
-    bases = collect_intermediate_bases(outs, call_args)
+    bases = collect_intermediate_bases(outs, call_args) if meta.num_intermediate_bases else []
     return [call_args[i] for i in meta.mutated_inputs] + outs + bases
 
 
@@ -46,7 +46,8 @@ def _tracing_context(fake_mode):
     stack.enter_context(enable_python_dispatcher())
     # RNNs traced through their generic ATen composite: the oneDNN RNN kernels return an
     # undefined workspace tensor on CPU that a saved-tensor backward cannot take.
-    stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
+    stack.callback(torch._C._set_mkldnn_enabled, torch._C._get_mkldnn_enabled())
+    torch._C._set_mkldnn_enabled(False)
     # Real tensors closed over by the function (constants) become graph constants.
     old = fake_mode.allow_non_fake_inputs
     fake_mode.allow_non_fake_inputs = True
