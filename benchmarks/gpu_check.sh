@@ -12,8 +12,8 @@ export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())' | tee "$OUT/env.txt"
 if [ "$what" = tests ] || [ "$what" = all ]; then
   for d in capture aot codegen; do
-    timeout 240 python3 -m pytest -q -p no:cacheprovider --timeout 120 -n 8 tests/$d 2>&1 | tail -n 25 > "$OUT/test_$d.txt"
-    echo "== tests/$d: $(tail -n 1 "$OUT/test_$d.txt")"
+    timeout 280 python3 -m pytest -q -p no:cacheprovider --timeout 120 -n 8 -rfE tests/$d > "$OUT/test_$d.log" 2>&1
+    echo "== tests/$d: $(tail -n 1 "$OUT/test_$d.log")"
   done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
