@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..source import attr_source, item_source
-from .base import ConstantVariable, VariableTracker, unsupported
+from .base import ConstantVariable, MethodVariable, VariableTracker, unsupported
 from .user_defined import _MISSING, generic_getattr, mro_lookup
 
 
@@ -23,6 +23,14 @@ def _child_source(source, name):
     if name.isidentifier() and not name.startswith("__"):
         return attr_source(source, name)
     return f"{source}._modules[{name!r}]"
+
+
+# nn.Module methods answered by NNModuleVariable.call_method rather than inlined.
+_MODULE_API = {"parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
+               "modules", "named_modules", "keys", "values", "items", "__len__", "__getitem__", "__contains__",
+               "to", "cuda", "cpu", "train", "eval", "register_buffer", "register_parameter", "add_module",
+               "register_forward_hook", "register_forward_pre_hook", "apply", "zero_grad", "requires_grad_",
+               "state_dict", "load_state_dict", "half", "float", "double", "__iter__"}
 
 
 class NNModuleVariable(VariableTracker):
@@ -49,6 +57,12 @@ class NNModuleVariable(VariableTracker):
         pending = tx.output.side_effects.load_attr(self, name)
         if pending is not None:
             return pending
+        if name in _MODULE_API and name not in mod.__dict__:
+            owner = mro_lookup(type(mod), name)
+            if owner is not _MISSING and getattr(owner, "__module__", "").startswith("torch.nn"):
+                return MethodVariable(self, name)
+        if name == "forward" and self.source is not None:
+            tx.output.guards.add(f"'forward' {'in' if 'forward' in mod.__dict__ else 'not in'} {self.source}.__dict__")
         if name in mod.__dict__ or mro_lookup(type(mod), name) is not _MISSING:
             return generic_getattr(tx, self, mod, name)
         for d in ("_parameters", "_buffers"):
@@ -176,6 +190,10 @@ class NNModuleVariable(VariableTracker):
             return ListIteratorVariable(result)
         if name == "__len__":
             return ConstantVariable(len(self.unpack_var_sequence(tx)))
+        if name == "__iter__":
+            from .containers import ListIteratorVariable as _It
+
+            return _It(self.unpack_var_sequence(tx))
         if name == "__getitem__":
             return self.getitem(tx, args[0])
         if name in ("keys", "values", "items") and isinstance(mod, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
@@ -193,7 +211,7 @@ class NNModuleVariable(VariableTracker):
             unsupported(f"nn.Module.{name}() inside a compiled frame")
         if name == "__call__":
             return self.call_function(tx, args, kwargs)
-        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+        return generic_getattr(tx, self, mod, name).call_function(tx, args, kwargs)
 
     def _wrap_any(self, tx, m, src):
         from .builder import wrap
