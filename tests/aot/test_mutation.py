@@ -136,3 +136,18 @@ def test_mutated_input_is_returned():
 
     _, res, _, res_args = check(f, lambda: [torch.randn(3)], backward=False)
     assert res is res_args[0]
+
+
+def test_mutated_input_aliasing_another_input_runs_eagerly():
+    def f(a, b):
+        a.add_(1)
+        return b * 2
+
+    g = aot_function(f, nop)
+    base, base_ref = torch.zeros(2, 3), torch.zeros(2, 3)
+    out = g(base, base[0])
+    ref = f(base_ref, base_ref[0])
+    torch.testing.assert_close(out, ref)  # b sees a's update, as in eager
+    torch.testing.assert_close(base, base_ref)
+    x, y = torch.zeros(3), torch.zeros(3)
+    torch.testing.assert_close(g(x, y), torch.zeros(3))  # the compiled path for unaliased inputs

@@ -59,12 +59,39 @@ def _placeholder_vals(gm):
     return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
 
 
+def _mutated_input_aliases_another(args: list, mutated: list) -> bool:
+    """Whether a mutated input shares storage with another input (``f(x, x[0])``): the
+    graph treats inputs as independent, so such a call runs eagerly instead."""
+    tensors = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    for i in mutated:
+        ptr = args[i].untyped_storage().data_ptr()
+        if any(j != i and a.untyped_storage().data_ptr() == ptr for j, a in tensors):
+            return True
+    return False
+
+
 def create_aot_dispatcher(fn: Callable, fake_args: list, fake_mode, aot_config: AOTConfig) -> Callable:
     """Compile ``fn`` (flat tensors/SymInts in, tuple/list out) for inputs like ``fake_args``.
 
     Returns ``runtime(*args) -> list`` of user outputs.  Raises whatever eager would
-    raise while running ``fn`` (e.g. in-place on a leaf that requires grad).
+    raise while running ``fn`` (e.g. in-place on a leaf that requires grad).  A call
+    whose mutated input aliases another input runs ``fn`` eagerly.
     """
+    runtime = _create_runtime(fn, fake_args, fake_mode, aot_config)
+    mutated = [i for i, info in enumerate(runtime.meta.inputs) if info.mutated]
+    if not mutated:
+        return runtime
+
+    def checked_runtime(*args):
+        if _mutated_input_aliases_another(list(args), mutated):
+            counters["aot_autograd"]["eager_for_aliased_mutated_input"] += 1
+            return list(fn(*args))
+        return runtime(*args)
+
+    return checked_runtime
+
+
+def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTConfig) -> Callable:
     meta = run_analysis(fn, fake_args)
     needs_autograd = torch.is_grad_enabled() and meta.needs_autograd and any(
         isinstance(a, torch.Tensor) and a.requires_grad for a in fake_args)
@@ -83,6 +110,7 @@ def create_aot_dispatcher(fn: Callable, fake_args: list, fake_mode, aot_config: 
                 outs = call_compiled(compiled, args)
             return finish_call(list(args), outs, meta, returned)
 
+        inference_runtime.meta = meta
         return inference_runtime
 
     joint = _trace_joint(fn, meta, fake_args, fake_mode, aot_config.decompositions)
@@ -113,6 +141,7 @@ def create_aot_dispatcher(fn: Callable, fake_args: list, fake_mode, aot_config: 
         outs = list(fn_cls.apply(*args))
         return finish_call(list(args), outs, meta, returned)
 
+    autograd_runtime.meta = meta
     autograd_runtime.fw_module = fw_gm
     autograd_runtime.bw_module = bw_gm
     return autograd_runtime

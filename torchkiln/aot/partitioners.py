@@ -201,7 +201,10 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
     saved.sort(key=order.__getitem__)
     # Multi-output nodes are saved through their getitem users, never as tuples.
     saved = _expand_tuples(saved)
-    return _split(joint_gm, num_fwd_outputs, saved)
+    try:
+        return _split(joint_gm, num_fwd_outputs, saved)
+    except RuntimeError:
+        return default_partition(joint_gm, joint_inputs, num_fwd_outputs=num_fwd_outputs)
 
 
 def _expand_tuples(saved):
