@@ -73,6 +73,8 @@ def _identity(reduction_type: str, dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return "0" if low else "1"
     info = torch.iinfo(dtype)
+    if low and info.min == -(2**63):
+        return f"({info.min + 1} - 1)"  # -2**63 is not a literal Triton can parse
     return str(info.min if low else info.max)
 
 
@@ -316,17 +318,22 @@ class KernelRenderer:
         if reduction:
             params.append("rnumel")
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if reduction else []) + ["IDX64: tl.constexpr"]
-        lines = ["@triton.jit", f"def {name}({', '.join(params)}):", "    xoffset = tl.program_id(0) * XBLOCK",
-                 "    if IDX64:", "        xoffset = xoffset.to(tl.int64)"]
+        dont_specialize = ", ".join(repr(str(a)) for a in self.k.size_args)
+        lines = [f"@triton.jit(do_not_specialize=[{dont_specialize}])" if self.k.size_args else "@triton.jit",
+                 f"def {name}({', '.join(params)}):", "    xoffset = tl.program_id(0) * XBLOCK"]
         if reduction:
-            lines += ["    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]",
-                      "    rbase = tl.arange(0, RBLOCK)[None, :]",
-                      "    if IDX64:", "        rbase = rbase.to(tl.int64)",
-                      "    xzero = tl.zeros([XBLOCK, 1], tl.int64 if IDX64 else tl.int32)",
-                      "    rzero = tl.zeros([XBLOCK, RBLOCK], tl.int64 if IDX64 else tl.int32)"]
+            lines += ["    rbase = tl.arange(0, RBLOCK)[None, :]",
+                      "    xzero = tl.zeros([XBLOCK, 1], tl.int32)",
+                      "    rzero = tl.zeros([XBLOCK, RBLOCK], tl.int32)",
+                      "    if IDX64:", "        xoffset = xoffset.to(tl.int64)", "        rbase = rbase.to(tl.int64)",
+                      "        xzero = tl.zeros([XBLOCK, 1], tl.int64)",
+                      "        rzero = tl.zeros([XBLOCK, RBLOCK], tl.int64)",
+                      "    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]"]
         else:
-            lines += ["    xindex = xoffset + tl.arange(0, XBLOCK)",
-                      "    xzero = tl.zeros([XBLOCK], tl.int64 if IDX64 else tl.int32)"]
+            lines += ["    xzero = tl.zeros([XBLOCK], tl.int32)",
+                      "    if IDX64:", "        xoffset = xoffset.to(tl.int64)",
+                      "        xzero = tl.zeros([XBLOCK], tl.int64)",
+                      "    xindex = xoffset + tl.arange(0, XBLOCK)"]
         lines.append("    xmask = xindex < xnumel")
         for var, e in zip(self.k.index_vars, ir.split_flat_index(sympy.Symbol("xindex", integer=True, nonnegative=True), self.k.ranges)):
             lines.append(f"    {var} = {texpr(e)}")
