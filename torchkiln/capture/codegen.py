@@ -148,8 +148,10 @@ def wrap_callee(fn, compile_wrapper):
         return compile_wrapper(fn)
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType) and _wants_frame(fn.__func__):
         return types.MethodType(compile_wrapper(fn.__func__), fn.__self__)
-    if isinstance(fn, torch.nn.Module) and not (fn._forward_hooks or fn._forward_pre_hooks) and not (
-            torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks):
+    nn_mod = torch.nn.modules.module
+    if isinstance(fn, torch.nn.Module) and not (fn._forward_hooks or fn._forward_pre_hooks or fn._backward_hooks
+                                                or fn._backward_pre_hooks) and not (
+            nn_mod._global_forward_hooks or nn_mod._global_forward_pre_hooks or nn_mod._global_backward_hooks):
         forward = fn.forward
         if isinstance(forward, types.MethodType) and isinstance(forward.__func__, types.FunctionType) \
                 and _wants_frame(forward.__func__) and not isinstance(fn, torch.nn.modules.lazy.LazyModuleMixin):

@@ -105,7 +105,7 @@ def wrap(tx, value, source: str | None) -> VariableTracker:
 
 def _wrap(tx, value, source):
     from .containers import (DictVariable, ListIteratorVariable, ListVariable, NamedTupleVariable, SetVariable,
-                             SizeVariable, TupleVariable)
+                             SizeVariable, TupleVariable, dict_key)
     from .functions import BoundMethodVariable, UserFunctionVariable
     from .nn_module import NNModuleVariable
     from .torch_fns import TorchVariable
@@ -155,6 +155,17 @@ def _wrap(tx, value, source):
         vt = DictVariable(items, type(value), source, factory)
         out.id_cache[id(value)] = vt
         return vt
+    if type(value) in (dict, collections.OrderedDict) and all(_identity_hashed(k) for k in value):
+        # Keys compared by identity (modules, functions, classes): guard the key list.
+        g.type_match(source, value)
+        g.add(f"list({source}.keys()) == {g.const(list(value.keys()))}")
+        items = {}
+        for i, (k, v) in enumerate(value.items()):
+            key_vt = wrap_constant_like(tx, k) if not isinstance(k, torch.nn.Module) else _wrap_module_key(tx, k)
+            items[dict_key(key_vt)] = (key_vt, wrap(tx, v, f"list({source}.values())[{i}]"))
+        vt = DictVariable(items, type(value), source)
+        out.id_cache[id(value)] = vt
+        return vt
     if type(value) in (set, frozenset) and all(is_constant(v) for v in value):
         g.constant_match(source, value)
         vt = SetVariable([ConstantVariable(v) for v in value], source, frozen=type(value) is frozenset)
@@ -194,6 +205,17 @@ _BUILTIN_IDS = {id(v) for v in vars(builtins).values() if callable(v)}
 
 
 _SEQ_ITERATORS = (type(iter([])), type(iter(())))
+
+
+def _identity_hashed(key) -> bool:
+    return is_constant(key) or isinstance(key, (torch.nn.Module, types.FunctionType, type))
+
+
+def _wrap_module_key(tx, module):
+    from .nn_module import NNModuleVariable
+
+    existing = tx.output.id_cache.get(id(module))
+    return existing if existing is not None else NNModuleVariable(module)
 
 
 def wrap_constant_like(tx, value) -> VariableTracker:

@@ -10,6 +10,8 @@ Lazy modules are initialised for real before tracing their forward.  Containers
 """
 from __future__ import annotations
 
+import types
+
 import torch
 
 from ..source import attr_source, item_source
@@ -88,7 +90,11 @@ class NNModuleVariable(VariableTracker):
         if (nn_mod._global_forward_hooks or nn_mod._global_forward_pre_hooks or
                 getattr(nn_mod, "_global_forward_hooks_always_called", None)):
             unsupported("global nn.Module forward hooks")
-        if isinstance(mod, torch.nn.modules.lazy.LazyModuleMixin) and mod.has_uninitialized_params():
+        if mod._backward_hooks or mod._backward_pre_hooks or nn_mod._global_backward_hooks or \
+                nn_mod._global_backward_pre_hooks:
+            unsupported("nn.Module with backward hooks")
+        if isinstance(mod, torch.nn.modules.lazy.LazyModuleMixin) and hasattr(mod, "_initialize_hook"):
+            # Lazy modules are initialised for real (outside the fake mode) before tracing.
             fakes = [a.example if hasattr(a, "example") else a.as_python_constant() for a in args]
             mod._infer_parameters(mod, tuple(fakes))
         src = self.source
@@ -157,6 +163,9 @@ class NNModuleVariable(VariableTracker):
         from .containers import ListIteratorVariable, TupleVariable
 
         mod = self.value
+        own = mro_lookup(type(mod), name)
+        if isinstance(own, types.FunctionType) and not (own.__module__ or "").startswith("torch.nn"):
+            return generic_getattr(tx, self, mod, name).call_function(tx, args, kwargs)
         cargs = [a.as_python_constant() for a in args] if all(a.is_python_constant() for a in args) else None
         ckw = {k: v.as_python_constant() for k, v in kwargs.items()} if all(
             v.is_python_constant() for v in kwargs.values()) else None

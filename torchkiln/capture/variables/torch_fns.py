@@ -61,7 +61,7 @@ def is_torch_function(value) -> bool:
         if isinstance(value, types.FunctionType) and getattr(value, "__qualname__", "").startswith("Tensor."):
             return True
         if module.startswith(("torch.nn.modules", "torch.utils", "torch.fx", "torch.distributed", "torch.testing",
-                              "torch.autograd.function", "torch.overrides")):
+                              "torch.autograd.function", "torch.overrides", "torch._C._dynamo", "torch._dynamo")):
             return False
         return module == "torch" or module.startswith(("torch.", "torch._C"))
     return False

@@ -300,6 +300,9 @@ class PythonModuleVariable(VariableTracker):
     def var_getattr(self, tx, name):
         from .builder import wrap, wrap_constant_like
 
+        pending = tx.output.side_effects.load_global(self.value.__dict__, name)
+        if pending is not None:
+            return pending
         try:
             value = getattr(self.value, name)
         except AttributeError:
