@@ -27,6 +27,21 @@ def _child_source(source, name):
     return f"{source}._modules[{name!r}]"
 
 
+def _example(vt):
+    """The example (fake) value of an argument tracker, through containers."""
+    from .containers import BaseListVariable, DictVariable, NamedTupleVariable
+
+    if hasattr(vt, "example"):
+        return vt.example
+    if isinstance(vt, NamedTupleVariable):
+        return vt.tuple_cls(*[_example(i) for i in vt.items])
+    if isinstance(vt, BaseListVariable):
+        return vt.container_type([_example(i) for i in vt.items])
+    if isinstance(vt, DictVariable):
+        return {k.as_python_constant(): _example(v) for k, v in vt.items.values()}
+    return vt.as_python_constant()
+
+
 # nn.Module methods answered by NNModuleVariable.call_method rather than inlined.
 _MODULE_API = {"parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
                "modules", "named_modules", "keys", "values", "items", "__len__", "__getitem__", "__contains__",
@@ -95,8 +110,7 @@ class NNModuleVariable(VariableTracker):
             unsupported("nn.Module with backward hooks")
         if isinstance(mod, torch.nn.modules.lazy.LazyModuleMixin) and hasattr(mod, "_initialize_hook"):
             # Lazy modules are initialised for real (outside the fake mode) before tracing.
-            fakes = [a.example if hasattr(a, "example") else a.as_python_constant() for a in args]
-            mod._infer_parameters(mod, tuple(fakes))
+            mod._infer_parameters(mod, tuple(_example(a) for a in args))
         src = self.source
         if src is not None:
             tx.output.guards.add(f"len({src}._forward_hooks) == {len(mod._forward_hooks)}")
