@@ -7,14 +7,18 @@ seq 128, batch 4, float32, CPU, torch.set_num_threads(1)):
    default partition and the min-cut partition.  Both sides are measured the same way,
    with ``torch.autograd.graph.saved_tensors_hooks``, counting each storage once.
    The second column leaves out parameters and the input, which are alive anyway.
-2. Time to trace and partition (first call, forward+backward graphs built, nop
-   compilers) for torchkiln.aot, against ``torch.compile(backend="aot_eager")`` (first
-   call, after ``torch._dynamo.reset()``) and ``torchkiln.compile(backend="aot_eager")``.
+2. Time to trace and partition (first call with forward+backward, nop compilers) for
+   torchkiln.aot, against ``torch.compile(backend="aot_eager")`` (after
+   ``torch._dynamo.reset()``) and ``torchkiln.compile(backend="aot_eager")``; each in a
+   fresh process ("cold": includes first-use costs inside torch) and again in the same
+   process after a reset ("warm").
 
 Run: ``python benchmarks/aot_bench.py``.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import torch
@@ -73,18 +77,39 @@ def main():
     for name, total, act in rows:
         print(f"{name:32s} {total / 2**20:16.2f} {act / 2**20:18.2f}")
 
-    times = []
-    times.append(("torchkiln.aot (aot_module, min-cut)", first_call_seconds(aot_module(make_block(), nop), x)))
-    dynamo = __import__("torch._dynamo", fromlist=["reset"])  # the peer, for comparison only
-    dynamo.reset()
-    times.append(("torch.compile(backend='aot_eager')", first_call_seconds(torch.compile(make_block(), backend="aot_eager"), x)))
-    torchkiln.reset()
-    times.append(("torchkiln.compile(backend='aot_eager')",
-                  first_call_seconds(torchkiln.compile(make_block(), backend="aot_eager"), x)))
-    print("\nFirst call (trace + partition + forward + backward), seconds, 1 thread")
-    for name, t in times:
-        print(f"{name:42s} {t:8.3f}")
+    print("\nFirst call (trace + partition + forward + backward), seconds, 1 thread;")
+    print("each in a fresh process (cold) and then again after a reset in that process (warm)")
+    print(f"{'':42s} {'cold':>8s} {'warm':>8s}")
+    for variant in VARIANTS:
+        out = subprocess.run([sys.executable, __file__, "--time", variant], capture_output=True, text=True, check=True)
+        cold, warm = out.stdout.split()[-2:]
+        print(f"{variant:42s} {float(cold):8.3f} {float(warm):8.3f}")
+
+
+VARIANTS = ("torchkiln.aot.aot_module (min-cut)", "torch.compile(backend='aot_eager')",
+            "torchkiln.compile(backend='aot_eager')")
+
+
+def time_variant(variant: str) -> None:
+    torch.set_num_threads(1)
+    x = torch.randn(4, 128, 256)
+    results = []
+    for _ in range(2):
+        if variant.startswith("torchkiln.aot"):
+            compiled = aot_module(make_block(), nop)
+        elif variant.startswith("torch.compile"):
+            dynamo = __import__("torch._dynamo", fromlist=["reset"])  # the peer, for comparison only
+            dynamo.reset()
+            compiled = torch.compile(make_block(), backend="aot_eager")
+        else:
+            torchkiln.reset()
+            compiled = torchkiln.compile(make_block(), backend="aot_eager")
+        results.append(first_call_seconds(compiled, x))
+    print(*results)
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--time":
+        time_variant(sys.argv[2])
+    else:
+        main()

@@ -269,8 +269,8 @@ def aot_module_simplified(gm: torch.nn.Module, example_inputs: list, fw_compiler
 
     ``gm`` takes flat tensors/SymInts (parameters lifted as placeholders) and returns a
     tuple or list; placeholders' ``meta["example_value"]`` fakes, when present, give the
-    fake mode and symbolic sizes.  Returns ``forward(*args)`` returning a list like
-    ``gm``'s output.  Compiles once; capture's guards decide when to call it again.
+    fake mode and symbolic sizes.  Returns ``forward(*args)`` returning a tuple of
+    ``gm``'s outputs.  Compiles once; capture's guards decide when to call it again.
     """
     aot_config = AOTConfig(fw_compiler, bw_compiler, partition_fn, decompositions, 0,
                            keep_inference_input_mutations, inference_compiler, False)
@@ -287,7 +287,7 @@ def aot_module_simplified(gm: torch.nn.Module, example_inputs: list, fw_compiler
     runtime = aot_dispatch_flat(flat_fn, list(example_inputs), aot_config, evs)
 
     def forward(*args):
-        return runtime(*args)
+        return tuple(runtime(*args))
 
     forward.zero_grad = getattr(gm, "zero_grad", None)
     forward.named_parameters = getattr(gm, "named_parameters", None)
