@@ -7,6 +7,7 @@ import torch
 
 from .. import config
 from ..generators import KernelGenerator
+from . import vecmath
 from .build import build
 from .kernel import render_kernel
 from .prelude import PRELUDE
@@ -24,7 +25,7 @@ class CppGenerator(KernelGenerator):
         self._source = ""
 
     def compile_kernels(self, kernels: list) -> dict:
-        parts = [PRELUDE] + [render_kernel(k) for k in kernels]
+        parts = [PRELUDE, vecmath.declarations()[0]] + [render_kernel(k) for k in kernels]
         self._source = "\n\n".join(parts) + "\n"
         if not kernels:
             return {}

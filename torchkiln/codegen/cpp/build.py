@@ -21,6 +21,7 @@ from filelock import FileLock
 
 from ...utils.counters import counters
 from .. import config
+from . import vecmath
 
 
 def cache_dir() -> str:
@@ -55,6 +56,8 @@ def flags() -> list[str]:
     f = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-w"]
     if config.cpp_march_native:
         f.append("-march=native")
+    if vecmath.declarations()[1]:
+        f.append("-lmvec")
     return f
 
 
