@@ -62,7 +62,7 @@ def bind_locals(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict:
     if not kwargs and code.co_flags & 0x0C == 0 and len(args) == code.co_argcount and not code.co_kwonlyargcount:
         f_locals = dict(zip(code.co_varnames, args))
     else:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
         bound.apply_defaults()
         f_locals = dict(bound.arguments)
     if fn.__closure__:
