@@ -19,7 +19,7 @@ from ..utils.logging import get_artifact_logger
 from .analysis import run_analysis
 from .compilers import nop
 from .config import config
-from .fakes import make_fake_inputs
+from .fakes import make_fake_inputs, tracing_context
 from .partitioners import default_partition, min_cut_rematerialization_partition
 from .runtime import call_compiled, finish_call, make_autograd_function
 from .tracing import trace_forward, trace_joint as _trace_joint
@@ -92,7 +92,8 @@ def create_aot_dispatcher(fn: Callable, fake_args: list, fake_mode, aot_config: 
 
 
 def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTConfig) -> Callable:
-    meta = run_analysis(fn, fake_args)
+    with tracing_context(fake_mode):
+        meta = run_analysis(fn, fake_args)
     needs_autograd = torch.is_grad_enabled() and meta.needs_autograd and any(
         isinstance(a, torch.Tensor) and a.requires_grad for a in fake_args)
     if log.isEnabledFor(10):
@@ -306,7 +307,8 @@ def aot_export_joint_simple(func: Callable, args: list, *, trace_joint: bool,
         out = func(*a)
         return out if isinstance(out, (list, tuple)) else (out,)
 
-    meta = run_analysis(flat_fn, fake_args)
+    with tracing_context(fake_mode):
+        meta = run_analysis(flat_fn, fake_args)
     if meta.mutated_inputs:
         raise RuntimeError("aot_export_joint_simple does not support input mutations")
     meta = meta.without_intermediate_bases()

@@ -2,9 +2,11 @@
 (their ShapeEnv holds the symbolic sizes), else fresh fakes from the real inputs."""
 from __future__ import annotations
 
+import contextlib
 from typing import Optional
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -13,8 +15,6 @@ def fake_mode_of(values) -> Optional[FakeTensorMode]:
     for v in values:
         if isinstance(v, FakeTensor):
             return v.fake_mode
-        if isinstance(v, torch.SymInt):
-            continue
     return None
 
 
@@ -67,3 +67,21 @@ def make_fake_inputs(args: list, example_values: Optional[list] = None, dynamic:
         else:
             fakes.append(mode.from_tensor(a, static_shapes=not dynamic))
     return mode, fakes
+
+
+def tracing_context(fake_mode):
+    """Where analysis and tracing run: the fake mode active (factory calls make fakes),
+    the Python dispatcher on (symbolic sizes through decompositions), real tensors the
+    function closes over allowed (they become graph constants), oneDNN off."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(fake_mode)
+    stack.enter_context(enable_python_dispatcher())
+    # RNNs traced through their generic ATen composite: the oneDNN RNN kernels return an
+    # undefined workspace tensor on CPU that a saved-tensor backward cannot take.
+    stack.callback(torch._C._set_mkldnn_enabled, torch._C._get_mkldnn_enabled())
+    torch._C._set_mkldnn_enabled(False)
+    # Real tensors closed over by the function (constants) become graph constants.
+    old = fake_mode.allow_non_fake_inputs
+    fake_mode.allow_non_fake_inputs = True
+    stack.callback(setattr, fake_mode, "allow_non_fake_inputs", old)
+    return stack

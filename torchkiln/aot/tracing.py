@@ -14,15 +14,14 @@ outputs followed by one gradient per primal (``None`` where no gradient exists).
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Callable, Optional
 
 import torch
-from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .analysis import ViewAndMutationMeta, collect_intermediate_bases
+from .fakes import tracing_context
 from .functional import from_fun, to_fun
 
 
@@ -38,21 +37,6 @@ def _functional_forward(fn: Callable, meta: ViewAndMutationMeta, f_args: list, c
     outs = list(fn(*call_args))
     bases = collect_intermediate_bases(outs, call_args) if meta.num_intermediate_bases else []
     return [call_args[i] for i in meta.mutated_inputs] + outs + bases
-
-
-def _tracing_context(fake_mode):
-    stack = contextlib.ExitStack()
-    stack.enter_context(fake_mode)
-    stack.enter_context(enable_python_dispatcher())
-    # RNNs traced through their generic ATen composite: the oneDNN RNN kernels return an
-    # undefined workspace tensor on CPU that a saved-tensor backward cannot take.
-    stack.callback(torch._C._set_mkldnn_enabled, torch._C._get_mkldnn_enabled())
-    torch._C._set_mkldnn_enabled(False)
-    # Real tensors closed over by the function (constants) become graph constants.
-    old = fake_mode.allow_non_fake_inputs
-    fake_mode.allow_non_fake_inputs = True
-    stack.callback(setattr, fake_mode, "allow_non_fake_inputs", old)
-    return stack
 
 
 def trace_forward(fn: Callable, meta: ViewAndMutationMeta, fake_args: list, fake_mode,
@@ -77,7 +61,7 @@ def trace_forward(fn: Callable, meta: ViewAndMutationMeta, fake_args: list, fake
         drop = {meta.mutated_inputs.index(i) for i in kept}
         return [r for k, r in enumerate(result) if k not in drop]
 
-    with torch.no_grad(), _tracing_context(fake_mode):
+    with torch.no_grad(), tracing_context(fake_mode):
         gm = make_fx(inference, decomposition_table=decompositions or {})(list(fake_args))
     return _cleanup(gm)
 
@@ -109,7 +93,7 @@ def trace_joint(fn: Callable, meta: ViewAndMutationMeta, fake_args: list, fake_m
                 per_primal.append(next(it) if isinstance(a, torch.Tensor) and a.requires_grad else None)
         return [from_fun(o) for o in fw_outs] + [from_fun(g) for g in per_primal]
 
-    with torch.enable_grad(), _tracing_context(fake_mode):
+    with torch.enable_grad(), tracing_context(fake_mode):
         gm = make_fx(joint, decomposition_table=decompositions or {})(list(fake_args), tangents)
     return _cleanup(gm)
 
