@@ -28,7 +28,7 @@ class GraphLowering:
         self.inputs: list[tuple[str, object]] = []   # (placeholder name, InputBuffer | sympy expr | None)
         self.symbol_sources: dict[sympy.Symbol, str] = {}
         self.outputs: list = []
-        self.mutations: dict[str, str] = {}          # input name -> buffer holding its new value
+        self.constants: dict[str, torch.Tensor] = {}  # get_attr tensors, wrapper globals
         self.current_node = None
         self.shape_env = None
         self._input_offsets: dict[str, sympy.Expr] = {}
@@ -107,6 +107,8 @@ class GraphLowering:
             outs = node.args[0]
             self.outputs = [self._output(env[o] if isinstance(o, torch.fx.Node) else o, o) for o in outs]
             return None
+        if node.op == "get_attr":
+            return self._constant(node)
         if node.op != "call_function":
             raise NotImplementedError(f"cannot lower {node.op} nodes")
         args = torch.fx.node.map_arg(node.args, lambda n: env[n])
@@ -143,6 +145,19 @@ class GraphLowering:
             return expr
         self.inputs.append((node.name, None))
         return val
+
+    def _constant(self, node):
+        """A tensor attribute of the graph module (a constant): a global of the wrapper."""
+        value = self.gm
+        for part in node.target.split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor):
+            raise NotImplementedError(f"constant {node.target} of type {type(value).__name__}")
+        name = f"_const_{len(self.constants)}"
+        self.constants[name] = value
+        buf = InputBuffer(name, self.layout_of(value))
+        self.buffers[name] = buf
+        return TensorBox(buf)
 
     def _maybe_realize(self, box: TensorBox, node, val) -> None:
         data = box.data

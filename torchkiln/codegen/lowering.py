@@ -21,8 +21,8 @@ import torch
 from . import ir
 from .ir import Constant, IndexValue, Masked, Op
 from .nodes import (
-    ExternKernel, Layout, MultiOutput, Pointwise, Reduction, ReinterpretView, TensorBox, View,
-    broadcast_loader, cast, compute_dtype, current_graph, loader_for, to_sympy,
+    ExternKernel, InputBuffer, Layout, MultiOutput, MutationBuffer, Pointwise, Reduction, ReinterpretView,
+    Scatter, TensorBox, View, broadcast_loader, cast, compute_dtype, current_graph, loader_for, to_sympy,
 )
 
 aten = torch.ops.aten
@@ -906,6 +906,112 @@ def index(x, indices):
         return _load_indirect(x, sub, inds)
 
     return TensorBox(Pointwise(size, x.dtype, device(), inner))
+
+
+# ---------------------------------------------------------------- mutation: copy_, scatter, index_put
+
+
+@register(aten.copy_.default)
+def copy_(dst, src, non_blocking=False):
+    """``dst.copy_(src)`` into a graph input (AOT autograd's kept input mutations)."""
+    target = dst.data
+    if not isinstance(target, InputBuffer):
+        return fallback_handler(dst, src, non_blocking)
+    size = list(target.layout.size)
+    load = broadcast_loader(src, size)
+    data = Pointwise(size, target.dtype, target.device, lambda idx: cast(load(idx), target.dtype))
+    current_graph().register_buffer(lambda name: MutationBuffer(name, target, data))
+    return dst
+
+
+def _fresh_copy(x: TensorBox):
+    """A new buffer holding ``x`` (contiguous), that a scatter then writes into."""
+    load = x.make_loader()
+    copy = TensorBox(Pointwise(list(x.get_size()), x.dtype, x.device, load))
+    return copy.realize()
+
+
+def _scatter_into(out, size, value_fn, store_index, mode):
+    data = Scatter(size, out.dtype, out.device, value_fn, store_index, mode)
+    current_graph().register_buffer(lambda name: MutationBuffer(name, out, data))
+    return TensorBox(out)
+
+
+@register(aten.scatter.src, aten.scatter.value, aten.scatter_add.default)
+def scatter(x, dim, index, src, reduce=None):
+    if reduce is not None:
+        return fallback_handler(x, dim, index, src, reduce=reduce)
+    add = current_graph().current_node.target == aten.scatter_add.default
+    out = _fresh_copy(x)
+    n = len(x.get_size())
+    dim = dim % max(n, 1)
+    isize = list(index.get_size())
+    iload = index.make_loader()
+    sload = src.make_loader() if isinstance(src, TensorBox) else loader_for(src, out.dtype)
+
+    def store_index(idx):
+        sym, ind = _indirect(iload(idx), x.get_size()[dim] if n else sympy.Integer(1))
+        sub = list(idx)
+        if n:
+            sub[dim] = sym
+        return out.layout.index(sub), (ind,)
+
+    return _scatter_into(out, isize, lambda idx: cast(sload(idx), out.dtype), store_index,
+                         "atomic_add" if add else None)
+
+
+@register(aten.index_put.default, aten._unsafe_index_put.default)
+def index_put(x, indices, values, accumulate=False):
+    xs = list(x.get_size())
+    if any(i is None or i.dtype in (torch.bool, torch.uint8) for i in indices) or not indices:
+        return fallback_handler(x, indices, values, accumulate)
+    out = _fresh_copy(x)
+    k = len(indices)
+    bsize = list(torch.broadcast_shapes(*[tuple(current_graph().hint(s) for s in i.get_size()) for i in indices]))
+    bsize = [sympy.Integer(b) for b in bsize] if all(not s.free_symbols for i in indices for s in map(sympy.sympify, i.get_size())) else None
+    if bsize is None:
+        return fallback_handler(x, indices, values, accumulate)
+    size = bsize + xs[k:]
+    loaders = [broadcast_loader(i, bsize) for i in indices]
+    vload = broadcast_loader(values, size)
+
+    def store_index(idx):
+        b, rest = idx[:len(bsize)], idx[len(bsize):]
+        sub, inds = [], []
+        for d, ld in enumerate(loaders):
+            sym, ind = _indirect(ld(b), xs[d])
+            sub.append(sym)
+            inds.append(ind)
+        return out.layout.index(sub + list(rest)), tuple(inds)
+
+    return _scatter_into(out, size, lambda idx: cast(vload(idx), out.dtype), store_index,
+                         "atomic_add" if accumulate else None)
+
+
+@register(aten.slice_scatter.default)
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    xs = x.get_size()
+    dim = dim % len(xs)
+    start = _norm_start(start, xs[dim])
+    ssize = src.get_size()[dim]
+    xload, sload = x.make_loader(), src.make_loader()
+    odt = out_dtype()
+
+    def inner(idx):
+        rel = idx[dim] - start
+        pos = IndexValue(rel, torch.int64)
+        zero = Constant(0, torch.int64)
+        mask = Op("logical_and", (Op("ge", (pos, zero), torch.bool),
+                                  Op("lt", (pos, IndexValue(ssize * step, torch.int64)), torch.bool)), torch.bool)
+        if step != 1:
+            on_step = Op("eq", (Op("remainder", (pos, Constant(step, torch.int64)), torch.int64), zero), torch.bool)
+            mask = Op("logical_and", (mask, on_step), torch.bool)
+        sub = list(idx)
+        from torch.utils._sympy.functions import FloorDiv
+        sub[dim] = FloorDiv(rel, step) if step != 1 else rel
+        return Op("where", (mask, Masked(mask, cast(sload(sub), odt), _zero(odt), odt), cast(xload(idx), odt)), odt)
+
+    return TensorBox(Pointwise(out_size(), odt, device(), inner))
 
 
 # ---------------------------------------------------------------- extern kernels and fallbacks

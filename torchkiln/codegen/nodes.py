@@ -202,6 +202,33 @@ class ComputedBuffer(Buffer):
         self.data = data
 
 
+class MutationBuffer(ComputedBuffer):
+    """A kernel that writes into an existing buffer ``target`` (copy_ into a graph input,
+    scatter / index_put into a fresh copy).  Its own name is never allocated."""
+
+    def __init__(self, name: str, target: Buffer, data) -> None:
+        super().__init__(name, target.layout, data)
+        self.target = target
+
+
+@dataclasses.dataclass(eq=False)
+class Scatter(IRNode):
+    """For each point of ``size``: ``target[store_index(idx)] (+)= inner_fn(idx)``.
+
+    ``store_index(idx) -> (index expr, indirect tuple)``; ``mode`` None or "atomic_add".
+    """
+
+    size: list
+    dtype: torch.dtype
+    device: torch.device
+    inner_fn: Callable
+    store_index: Callable
+    mode: Optional[str] = None
+
+    def get_size(self):
+        return self.size
+
+
 class ExternKernel(Buffer):
     """An ATen call in the wrapper: ``name = op(*args, **kwargs)``.
 

@@ -28,7 +28,7 @@ import torch
 
 from . import ir
 from .ir import BufferArg, Load, Loop, Masked, Op, Reduce, ReductionValue, Store
-from .nodes import ComputedBuffer, ExternKernel, MultiOutput, Reduction, cast
+from .nodes import ComputedBuffer, ExternKernel, InputBuffer, MultiOutput, MutationBuffer, Reduction, Scatter, cast
 
 
 class NotFusable(Exception):
@@ -41,6 +41,8 @@ class SchedulerNode:
     def __init__(self, buf: ComputedBuffer) -> None:
         self.buf = buf
         self.name = buf.name
+        self.is_mutation = isinstance(buf, MutationBuffer)
+        self.store_name = buf.target.name if self.is_mutation else buf.name
         data = buf.data
         size = list(data.get_size())
         self.size = size
@@ -181,15 +183,22 @@ def build_loops(ranges, rranges, nodes) -> list:
         else:
             raise NotFusable("group")
         raw = node.value(vars_)
-        index = node.buf.layout.index(node._full(vars_, node.size, node.keep))
+        full = node._full(vars_, node.size, node.keep)
+        data = node.buf.data
+        if isinstance(data, Scatter):
+            index, indirect = data.store_index(full)
+            mode = data.mode
+        else:
+            index, indirect, mode = node.buf.layout.index(full), (), None
         holder = {}
 
-        def make(p, raw=raw, index=index, node=node, holder=holder):
-            holder["store"] = Store(node.name, index, cast(forward(raw, p, {}), node.buf.dtype))
+        def make(p, raw=raw, index=index, node=node, holder=holder, indirect=indirect, mode=mode):
+            ind = tuple(dataclasses.replace(i, value=forward(i.value, p, {})) for i in indirect)
+            holder["store"] = Store(node.store_name, index, cast(forward(raw, p, {}), node.buf.dtype), mode, ind)
             return [holder["store"]]
 
         pos = place(inner, make)
-        stored[node.name] = (pos, holder["store"])
+        stored[node.store_name] = (pos, holder["store"])
     return loops
 
 
@@ -241,6 +250,9 @@ class Scheduler:
 
     def _schedule(self, node: SchedulerNode) -> None:
         earliest = max([self.position.get(b, -1) for b in node.reads], default=-1)
+        if node.is_mutation:  # after every earlier reader of the target; later readers follow it
+            earliest = len(self.entries)
+            self.position[node.store_name] = earliest
         for p in reversed(range(earliest, len(self.entries))):
             if p < 0:
                 break
@@ -270,6 +282,7 @@ def finalize(entries, needed: set, graph, device, prefix="kernel") -> list:
     ``needed``: buffers read outside kernels (extern args, outputs, views).  Returns
     the entries with KernelPlans replaced by FusedKernels (empty kernels removed).
     """
+    needed.update(n for n, b in graph.buffers.items() if isinstance(b, InputBuffer))  # mutated inputs
     for entry in entries:
         if isinstance(entry, KernelPlan):
             for loop in entry.loops:

@@ -31,7 +31,7 @@ class WrapperCodegen:
         self.entries = entries
         self.generator = generator
         self.globals = {"torch": torch, "math": math, "empty_strided": torch.empty_strided,
-                        "reinterpret": _reinterpret, **kernel_objects}
+                        "reinterpret": _reinterpret, **kernel_objects, **graph.constants}
         self.lines: list[str] = []
         self._consts: dict = {}
 
