@@ -15,7 +15,7 @@ import types
 import warnings
 from typing import Any, Callable
 
-from ..exc import Unsupported
+from ..exc import BackendCompilerFailed, Unsupported
 from .dynamic_policy import DynamicPolicy
 
 
@@ -117,6 +117,8 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, backend:
         if fullgraph:
             raise
         return _skip_entry(fn)
+    except BackendCompilerFailed:  # raised only when config.suppress_errors is False
+        raise
     except Exception as e:  # noqa: BLE001 - any internal failure must fall back safely
         if fullgraph or getattr(e, "_torchkiln_user_error", False):
             raise
