@@ -181,3 +181,20 @@ def test_aot_graphs_logging():
     text = "\n".join(records)
     assert "joint graph" in text and "forward graph" in text and "backward graph" in text
     assert "torch.ops.aten.sin.default" in text
+
+
+def test_aot_module_simplified_lifts_attribute_parameters():
+    lin = torch.nn.Linear(3, 2)
+    gm = torch.fx.symbolic_trace(torch.nn.Sequential(lin, torch.nn.Tanh()))
+    x = torch.randn(4, 3)
+    f = aot_module_simplified(gm, [x], nop)
+    out = f(x)[0]
+    out.sum().backward()
+    grads = [p.grad.clone() for p in gm.parameters()]
+    gm.zero_grad()
+    gm(x).sum().backward()
+    for a, p in zip(grads, gm.parameters()):
+        torch.testing.assert_close(a, p.grad)
+    with torch.no_grad():
+        lin.weight.mul_(2)  # the current parameter values are used on every call
+    torch.testing.assert_close(f(x)[0], gm(x))

@@ -223,6 +223,10 @@ def aot_function(fn: Callable, fw_compiler: Callable, bw_compiler: Optional[Call
                 a, kw = pytree.tree_unflatten(full, spec)
                 out = fn(*a, **kw)
                 leaves, ospec = pytree.tree_flatten(out)
+                for leaf in leaves:
+                    if not isinstance(leaf, (torch.Tensor, torch.SymInt, int, float, bool, type(None))):
+                        raise TypeError(f"aot_function: output leaf of type {type(leaf).__name__} is neither a "
+                                        "tensor nor a scalar; register it as a pytree node")
                 out_spec[:] = [ospec]
                 return leaves
 
@@ -268,26 +272,39 @@ def aot_module_simplified(gm: torch.nn.Module, example_inputs: list, fw_compiler
                           inference_compiler: Optional[Callable] = None) -> Callable:
     """Compile a captured graph for ``example_inputs`` (the backend entry point).
 
-    ``gm`` takes flat tensors/SymInts (parameters lifted as placeholders) and returns a
-    tuple or list; placeholders' ``meta["example_value"]`` fakes, when present, give the
+    ``gm`` takes flat tensors/SymInts (parameters lifted as placeholders, as capture
+    does; parameters left as attributes are lifted here) and returns a tuple or list; placeholders' ``meta["example_value"]`` fakes, when present, give the
     fake mode and symbolic sizes.  Returns ``forward(*args)`` returning a tuple of
     ``gm``'s outputs.  Compiles once; capture's guards decide when to call it again.
     """
     aot_config = AOTConfig(fw_compiler, bw_compiler, partition_fn, decompositions, 0,
                            keep_inference_input_mutations, inference_compiler, False)
+    # Parameters and buffers still held as attributes (not lifted by capture) become
+    # leading inputs, so that gradients reach them and their current values are used.
+    named = dict(gm.named_parameters(remove_duplicate=False))
+    named.update(gm.named_buffers(remove_duplicate=False))
+    names = list(named)
     evs = None
     if isinstance(gm, torch.fx.GraphModule):
         evs = [n.meta.get("example_value", n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
-        if len(evs) != len(example_inputs) or all(v is None for v in evs):
+        if len(evs) != len(example_inputs):
             evs = None
+    evs = [None] * len(names) + evs if evs is not None else None
 
     def flat_fn(*args):
-        out = gm(*args)
+        if names:
+            out = torch.func.functional_call(gm, dict(zip(names, args[:len(names)])), tuple(args[len(names):]))
+        else:
+            out = gm(*args)
         return out if isinstance(out, (list, tuple)) else (out,)
 
-    runtime = aot_dispatch_flat(flat_fn, list(example_inputs), aot_config, evs)
+    runtime = aot_dispatch_flat(flat_fn, list(named.values()) + list(example_inputs), aot_config, evs)
 
     def forward(*args):
+        if names:
+            current = dict(gm.named_parameters(remove_duplicate=False))
+            current.update(gm.named_buffers(remove_duplicate=False))
+            args = tuple(current[n] for n in names) + args
         return tuple(runtime(*args))
 
     forward.zero_grad = getattr(gm, "zero_grad", None)

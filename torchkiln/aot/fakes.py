@@ -46,23 +46,22 @@ def _hint(s):
 def make_fake_inputs(args: list, example_values: Optional[list] = None, dynamic: bool = False):
     """``(fake_mode, fake_args)`` for ``args``.
 
-    ``example_values`` (capture's placeholder fakes) are used when they describe
-    ``args``; otherwise each real tensor becomes a fake in the fake mode found on the
-    inputs, the active fake mode, or a new one (static sizes unless ``dynamic``).
+    An example value (capture's placeholder fake) that describes its argument is used
+    as it is; any other real tensor becomes a fake in the fake mode found on the example
+    values or inputs, the active fake mode, or a new one (static sizes unless
+    ``dynamic``).  SymInt example values stand for int arguments.
     """
-    if example_values is not None and len(example_values) == len(args) and all(
-        ev is not None and _matches(ev, a) for ev, a in zip(example_values, args)
-    ):
-        mode = fake_mode_of(example_values) or fake_mode_of(args)
-        if mode is not None:
-            return mode, [ev if isinstance(a, torch.Tensor) or isinstance(ev, torch.SymInt) else a
-                          for ev, a in zip(example_values, args)]
-    mode = fake_mode_of(args) or _active_fake_mode()
+    evs = example_values if example_values is not None and len(example_values) == len(args) else [None] * len(args)
+    mode = fake_mode_of(evs) or fake_mode_of(args) or _active_fake_mode()
     if mode is None:
         mode = FakeTensorMode(shape_env=ShapeEnv() if dynamic else None, allow_non_fake_inputs=True)
     fakes = []
-    for a in args:
-        if isinstance(a, FakeTensor) or not isinstance(a, torch.Tensor):
+    for a, ev in zip(args, evs):
+        if isinstance(a, torch.Tensor) and isinstance(ev, FakeTensor) and ev.fake_mode is mode and _matches(ev, a):
+            fakes.append(ev)
+        elif isinstance(ev, torch.SymInt) and not isinstance(a, torch.Tensor):
+            fakes.append(ev)
+        elif isinstance(a, FakeTensor) or not isinstance(a, torch.Tensor):
             fakes.append(a)
         else:
             fakes.append(mode.from_tensor(a, static_shapes=not dynamic))
