@@ -61,4 +61,18 @@ def test_hf_gpt2_lm_head_model():
     config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=64)
     model = transformers.GPT2LMHeadModel(config).eval()
     input_ids = torch.randint(0, 100, (2, 12))
-    _capture_whole(model, input_ids)
+    torchkiln.reset()
+    cnt = CompileCounter()
+    opt = torchkiln.compile(model, backend=cnt, fullgraph=True)
+    with torch.no_grad():
+        expected = model(input_ids)
+        for _ in range(2):
+            got = opt(input_ids)
+            assert same(expected.logits, got.logits)
+            # the KV cache built inside the frame is rebuilt after the graph
+            for ref_layer, got_layer in zip(expected.past_key_values.layers, got.past_key_values.layers):
+                assert same(ref_layer.keys, got_layer.keys) and same(ref_layer.values, got_layer.values)
+        got = opt(input_ids, use_cache=False)
+        assert got.past_key_values is None and same(expected.logits, got.logits)
+    assert cnt.frame_count == 2  # use_cache is specialised: one recompile
+    assert not torchkiln.counters["graph_break"]

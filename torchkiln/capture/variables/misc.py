@@ -33,6 +33,29 @@ class SuperVariable(VariableTracker):
                 if isinstance(attr, types.FunctionType) or isinstance(attr, (staticmethod, classmethod, property)):
                     return bind_class_attr(tx, attr, self.obj_vt, owner, None)
                 if base is object or base.__module__ == "builtins":
+                    real = getattr(self.obj_vt, "value", None)
+                    if name in _READ_ONLY and real is not None and not isinstance(real, type):
+                        return NativeCallVariable(attr.__get__(real))
                     unsupported(f"super().{name} on a builtin base")
                 return bind_class_attr(tx, attr, self.obj_vt, owner, None)
         unsupported(f"super() has no attribute {name}")
+
+
+_READ_ONLY = {"get", "__getitem__", "keys", "values", "items", "__len__", "__contains__", "copy", "__repr__",
+              "__str__", "__hash__", "__eq__", "__ne__"}
+
+
+class NativeCallVariable(VariableTracker):
+    """A read-only builtin method of a real object (``dict.get`` of a dict subclass),
+    called natively on constant arguments."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def call_function(self, tx, args, kwargs):
+        from .builder import wrap_constant_like
+
+        if not all(a.is_python_constant() for a in args) or not all(v.is_python_constant() for v in kwargs.values()):
+            unsupported("builtin method with non-constant arguments")
+        return wrap_constant_like(tx, self.fn(*[a.as_python_constant() for a in args],
+                                              **{k: v.as_python_constant() for k, v in kwargs.items()}))

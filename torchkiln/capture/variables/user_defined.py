@@ -8,6 +8,7 @@ are inlined) > the instance ``__dict__`` > non-data descriptors and class attrib
 """
 from __future__ import annotations
 
+import abc
 import collections
 import dataclasses
 import inspect
@@ -64,6 +65,18 @@ def generic_getattr(tx, vt, obj, name, instance_dict=None):
         return pending
     cls = vt.python_type()
     source = attr_source(vt.source, name)
+    if obj is not None and mro_lookup(cls, "__getattribute__") not in (object.__getattribute__, _MISSING) and \
+            not isinstance(obj, torch.nn.Module):
+        # A custom __getattribute__ (e.g. transformers' config attribute_map): ask the object.
+        try:
+            value = getattr(obj, name)
+        except AttributeError:
+            unsupported(f"AttributeError: '{cls.__name__}' object has no attribute '{name}'")
+        if isinstance(value, types.MethodType) and value.__self__ is obj and isinstance(value.__func__, types.FunctionType):
+            from .functions import BoundMethodVariable, UserFunctionVariable
+
+            return BoundMethodVariable(UserFunctionVariable(value.__func__), vt)
+        return wrap(tx, value, source)
     cls_attr = mro_lookup(cls, name)
     if cls_attr is not _MISSING and _is_data_descriptor(cls_attr):
         if isinstance(cls_attr, property):
@@ -87,6 +100,19 @@ def generic_getattr(tx, vt, obj, name, instance_dict=None):
 
         return UserFunctionVariable(getattr_fn).call_function(tx, [vt, ConstantVariable(name)], {})
     unsupported(f"AttributeError: '{cls.__name__}' object has no attribute '{name}'")
+
+
+def unpack_user_sequence(tx, vt, cls):
+    """Iterate a user object: through its ``__iter__`` (a generator is run to the end), or
+    ``__len__`` + ``__getitem__`` for sequence-protocol classes (``collections.abc.Sequence``)."""
+    it = mro_lookup(cls, "__iter__")
+    if isinstance(it, types.FunctionType) and not it.__module__.startswith(("collections", "_collections_abc")):
+        return vt.call_method(tx, "__iter__", [], {}).unpack_var_sequence(tx)
+    if isinstance(mro_lookup(cls, "__len__"), types.FunctionType) and isinstance(
+            mro_lookup(cls, "__getitem__"), types.FunctionType):
+        n = vt.call_method(tx, "__len__", [], {}).as_python_constant()
+        return [vt.call_method(tx, "__getitem__", [ConstantVariable(i)], {}) for i in range(n)]
+    unsupported(f"iterating a {cls.__name__} object")
 
 
 class UserDefinedClassVariable(VariableTracker):
@@ -179,7 +205,7 @@ class UserDefinedClassVariable(VariableTracker):
             unsupported(f"constructing exception {cls.__name__}")
         if issubclass(cls, torch.nn.Module) or issubclass(cls, torch.Tensor):
             unsupported(f"constructing {cls.__name__} inside a compiled frame")
-        if (cls.__new__ is object.__new__ and type(cls) is type and not hasattr(cls, "__slots__")
+        if (cls.__new__ is object.__new__ and type(cls) in (type, abc.ABCMeta) and "__slots__" not in cls.__dict__
                 and cls.__module__ not in ("builtins",)):
             obj = NewObjectVariable(cls)
             init = mro_lookup(cls, "__init__")
@@ -219,6 +245,9 @@ class UserDefinedObjectVariable(VariableTracker):
         if method is _MISSING and name.startswith("__"):
             unsupported(f"{type(self.value).__name__} has no {name}")
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def unpack_var_sequence(self, tx):
+        return unpack_user_sequence(tx, self, type(self.value))
 
     def truth(self, tx):
         cls = type(self.value)
@@ -261,6 +290,9 @@ class NewObjectVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def unpack_var_sequence(self, tx):
+        return unpack_user_sequence(tx, self, self.cls)
 
     def truth(self, tx):
         if mro_lookup(self.cls, "__bool__") is not _MISSING or mro_lookup(self.cls, "__len__") is not _MISSING:
