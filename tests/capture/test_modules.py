@@ -7,8 +7,13 @@ Names map as DESIGN.md says: ``torch._dynamo.optimize`` -> ``torchkiln.optimize`
 ``torch._dynamo.reset`` -> ``torchkiln.reset``, ``torch.compile`` -> ``torchkiln.compile``.
 ``standard_test`` and the ``TestCase`` base (reset before and after every test,
 tensor-aware ``assertEqual``) are small local equivalents of ``torch._dynamo.testing``'s
-and ``torch._dynamo.test_case``'s.  Where torch 2.13 counts differently from the seed,
-the comment at the assertion says which count is kept.
+and ``torch._dynamo.test_case``'s.
+
+Counts: the seed, run against torch.compile on torch 2.13 (CPU), gives the frame_count
+and op_count it asserts in every kept test, so each count here is both the seed's and
+torch 2.13's.  Where torch 2.13 differs otherwise (test_hooks_inner's guard text, the
+dropped context-manager block of test_nn_moduledict_contains, whose frame_count torch
+2.13 reports as 0, not 1), the comment at that spot says so.
 
 Dropped (PyTorch internals or CUDA, no torchkiln counterpart):
 - test_generation_tag: torch._dynamo.mutation_guard.GenerationTracker is a dynamo internal.
