@@ -416,3 +416,12 @@ def test_guard_that_raises_counts_as_failed(fake_capture, monkeypatch):
     monkeypatch.setattr(FakeGuard, "failure_reason", lambda self, f_locals: boom(f_locals))
     assert same(f(x, x), add_mul(x, x))
     assert cnt.frame_count == 2
+
+
+def test_options_dropped_with_warning_when_backend_takes_none(fake_capture):
+    cnt = CompileCounter()
+    with pytest.warns(UserWarning, match="takes no 'options'"):
+        f = torchkiln.compile(add_mul, backend=cnt, options={"debug": True})
+    x = torch.randn(2)
+    assert same(f(x, x), add_mul(x, x))
+    assert cnt.frame_count == 1

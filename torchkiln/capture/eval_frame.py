@@ -107,6 +107,24 @@ def reset() -> None:
         hook()
 
 
+def _accepted_keywords(compiler_fn: Callable, kwargs: dict) -> dict:
+    """The ``mode``/``options`` keywords ``compiler_fn`` accepts; the rest are dropped
+    with one warning (a backend that cannot take them still compiles)."""
+    if not kwargs:
+        return kwargs
+    try:
+        params = inspect.signature(compiler_fn).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    dropped = [k for k in kwargs if k not in params]
+    if dropped:
+        name = getattr(compiler_fn, "__name__", type(compiler_fn).__name__)
+        warnings.warn(f"torchkiln.compile: backend {name!r} takes no {' or '.join(map(repr, dropped))}; ignored")
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
 class _BackendCall:
     """A backend with ``mode``/``options`` bound (torch's ``_TorchCompileWrapper``)."""
 
@@ -141,6 +159,7 @@ class CompileContext:
             kwargs["mode"] = mode
         if options:
             kwargs["options"] = dict(options)
+        kwargs = _accepted_keywords(compiler_fn, kwargs)
         self.backend = _BackendCall(compiler_fn, kwargs) if kwargs else compiler_fn
         self.backend_name = backend if isinstance(backend, str) else getattr(compiler_fn, "__name__", str(compiler_fn))
         self.fullgraph = fullgraph
@@ -311,8 +330,8 @@ def compile(model=None, *, fullgraph: bool = False, dynamic: bool | None = None,
     ``fullgraph=True`` raises :class:`torchkiln.exc.Unsupported` instead of breaking the
     graph.  ``dynamic``: None = automatic dynamic (static first, then the dims that
     changed), True = every dim symbolic from the start (sizes 0/1 specialised), False =
-    always static.  ``mode``/``options`` are passed to the backend as keywords (the
-    inductor backend reads them).  ``disable=True`` returns ``model`` unchanged.
+    always static.  ``mode``/``options`` are passed to the backend as keywords when its
+    signature takes them (else they are ignored with a warning).  ``disable=True`` returns ``model`` unchanged.
     Raises ``TypeError`` at once when ``model`` is not callable and
     :class:`torchkiln.backends.InvalidBackend` for an unknown backend name.
     """
