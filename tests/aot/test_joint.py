@@ -155,3 +155,16 @@ def test_aot_export_joint_simple_rejects_input_mutation():
 
     with pytest.raises(RuntimeError, match="input mutations"):
         aot_export_joint_simple(f, [torch.randn(3)], trace_joint=False)
+
+
+def test_dynamic_shapes_recompile_when_a_size_guard_fails():
+    rec = GraphRecorder()
+
+    def f(x):
+        return x * 2 if x.shape[0] > 5 else x - 1
+
+    g = aot_function(f, rec, dynamic=True)
+    for n in (8, 9, 3, 4, 7):
+        x = torch.randn(n)
+        torch.testing.assert_close(g(x), f(x))
+    assert len(rec.graphs) == 2  # one graph for each side of the branch

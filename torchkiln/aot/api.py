@@ -177,7 +177,17 @@ def aot_dispatch_flat(fn: Callable, args: list, aot_config: AOTConfig, example_v
     evs = [example_values[i] for i in keep] if example_values is not None else None
     fake_mode, fake_args = make_fake_inputs(unique_args, evs, aot_config.dynamic)
     runtime = create_aot_dispatcher(inner_fn, fake_args, fake_mode, aot_config)
+    guard_code = None
+    if aot_config.dynamic and fake_mode.shape_env is not None:
+        guard_code = fake_mode.shape_env.produce_guards_expression(fake_args, ignore_static=False)
+    shape_env = fake_mode.shape_env
+
+    def guards_hold(call_args) -> bool:
+        """The size guards recorded while tracing with symbolic sizes hold for ``call_args``."""
+        return guard_code is None or shape_env.evaluate_guards_expression(guard_code, [call_args[i] for i in keep])
+
     if len(keep) == len(args) and not config.debug_assert:
+        runtime.guards_hold = guards_hold
         return runtime
 
     def dedup_runtime(*call_args):
@@ -190,6 +200,7 @@ def aot_dispatch_flat(fn: Callable, args: list, aot_config: AOTConfig, example_v
                     raise AssertionError(f"arguments {a} and {b} are the same tensor now but were not at compile time")
         return runtime(*[call_args[i] for i in keep])
 
+    dedup_runtime.guards_hold = guards_hold
     return dedup_runtime
 
 
@@ -201,7 +212,9 @@ def aot_function(fn: Callable, fw_compiler: Callable, bw_compiler: Optional[Call
 
     ``fn`` takes and returns pytrees of tensors (other leaves are constants baked into
     the graph).  Compiles on the first call and again when the inputs' shapes, strides,
-    dtypes, requires_grad, constants or the grad mode change.
+    dtypes, requires_grad, constants or the grad mode change; with ``dynamic=True``
+    sizes are symbolic and a new compile happens only when a size guard recorded while
+    tracing (e.g. a branch on ``x.shape[0] > 5``) fails.
     """
     aot_config = AOTConfig(fw_compiler, bw_compiler, partition_fn, decompositions, num_params_buffers,
                            keep_inference_input_mutations, inference_compiler, dynamic)
@@ -213,7 +226,10 @@ def aot_function(fn: Callable, fw_compiler: Callable, bw_compiler: Optional[Call
         key = (spec, torch.is_grad_enabled(), tuple(
             (tuple(a.shape) if not dynamic else a.dim(), a.stride() if not dynamic else None, a.dtype,
              a.device, a.requires_grad) if isinstance(a, torch.Tensor) else ("const", a) for a in flat))
-        if key not in cache:
+        entries = cache.setdefault(key, [])
+        tensors = [flat[i] for i in tensor_idx]
+        entry = next((e for e in entries if e[0].guards_hold(tensors)), None)
+        if entry is None:
             out_spec = []
 
             def flat_fn(*tensors):
@@ -230,10 +246,11 @@ def aot_function(fn: Callable, fw_compiler: Callable, bw_compiler: Optional[Call
                 out_spec[:] = [ospec]
                 return leaves
 
-            runtime = aot_dispatch_flat(flat_fn, [flat[i] for i in tensor_idx], aot_config)
-            cache[key] = (runtime, out_spec[0])
-        runtime, ospec = cache[key]
-        return pytree.tree_unflatten(runtime(*[flat[i] for i in tensor_idx]), ospec)
+            runtime = aot_dispatch_flat(flat_fn, tensors, aot_config)
+            entry = (runtime, out_spec[0])
+            entries.append(entry)
+        runtime, ospec = entry
+        return pytree.tree_unflatten(runtime(*tensors), ospec)
 
     returned.aot_config = aot_config
     return returned
