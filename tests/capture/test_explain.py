@@ -78,3 +78,23 @@ def test_explain_module_and_legacy_form():
 def test_explain_leaves_no_cache_behind():
     torchkiln.explain(no_break)(torch.randn(2), torch.randn(2))
     assert torchkiln.counters["stats"]["unique_graphs"] == 0
+
+
+def _helper_with_break(x):
+    x = x + 1
+    torchkiln.graph_break()
+    return x.sum()
+
+
+def test_explain_break_in_callee_listed_once():
+    def g(x):
+        x = x * 2
+        print("break")
+        return _helper_with_break(x)
+
+    x = torch.randn(3)
+    out = torchkiln.explain(g)(x)
+    sites = [(br.reason, br.user_stack) for br in out.break_reasons]
+    assert len(sites) == len(set(sites)) == 2
+    line = _helper_with_break.__code__.co_firstlineno + 2
+    assert any(stack.endswith(f"test_explain.py:{line}") for _, stack in sites)

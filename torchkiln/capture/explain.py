@@ -21,8 +21,8 @@ class ExplainOutput:
     """The report of :func:`explain` (``torch._dynamo.backends.debugging.ExplainOutput``).
 
     ``graph_break_count`` is ``graph_count - 1`` (at least 0), as torch counts it;
-    ``break_reasons`` lists every break met, each with ``.reason`` and ``.user_stack``
-    (``"file:line"``).  ``out_guards`` holds the guard code of every cache entry.
+    ``break_reasons`` lists every break site once, each with ``.reason`` and
+    ``.user_stack`` (``"file:line"``).  ``out_guards`` holds the guard code of every cache entry.
     """
 
     graphs: list[torch.fx.GraphModule]
@@ -72,7 +72,10 @@ def explain(fn: Callable, *extra_args, **extra_kwargs):
             return gm.forward
 
         def on_entry(entry) -> None:
-            break_reasons.extend(entry.break_reasons)
+            # A break inside an inlined callee is met by the caller and again by the callee's
+            # own frame: list each break site once.
+            seen = {(br.reason, br.user_stack) for br in break_reasons}
+            break_reasons.extend(br for br in entry.break_reasons if (br.reason, br.user_stack) not in seen)
             out_guards.extend(entry.guard.code_parts)
 
         context = CompileContext(recording_backend)
