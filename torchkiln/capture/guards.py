@@ -111,7 +111,8 @@ class GuardBuilder:
                     self.add(f"{source}.size({i}) == {s}", self._seq_reason(source, label, "size", sizes),
                              size_of=(source, i))
         if all(s is not None for s in strides):
-            self.add(f"{source}.stride() == {tuple(strides)!r}", self._seq_reason(source, label, "stride", strides))
+            self.add(f"{source}.stride() == {tuple(strides)!r}", self._seq_reason(source, label, "stride", strides),
+                     size_of=(source, "stride"))
         rg = bool(value.requires_grad)
         self.add(f"{source}.requires_grad is {rg}",
                  lambda L: f"{label} requires_grad mismatch. expected requires_grad={int(rg)}")
@@ -184,6 +185,8 @@ class Guard:
             if part.size_of is None:
                 return None
             source, dim = part.size_of
+            if dim == "stride":
+                continue  # strides follow sizes; the size parts decide
             getter = eval(f"lambda L: {source}", dict(self._env_of(part)))
             try:
                 actual = getter(f_locals).shape
