@@ -1,0 +1,163 @@
+"""Side effects are replayed after the graph, in program order, preserving identity."""
+import torch
+
+import torchkiln
+from torchkiln.testing import CompileCounter, same
+
+import capture_helpers  # noqa: F401  (puts this directory's helpers on the path)
+import _side_effect_globals as other_module
+
+COUNTER = 0
+STATE = {"calls": 0}
+
+
+def _compile(fn):
+    torchkiln.reset()
+    cnt = CompileCounter()
+    return torchkiln.compile(fn, backend=cnt, fullgraph=True), cnt
+
+
+def test_setattr_on_module_and_new_attribute():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            self.last = x * 2
+            return self.lin(x)
+
+    m = M()
+    opt, cnt = _compile(m)
+    x = torch.randn(1, 2)
+    out = opt(x)
+    assert same(out, m.lin(x))
+    assert m.calls == 1 and same(m.last, x * 2)
+    opt(x)
+    assert m.calls == 2 and cnt.frame_count == 2  # calls is specialised: 1 then 2
+
+
+def test_setattr_on_user_object_preserves_identity():
+    class Box:
+        pass
+
+    box = Box()
+    inner = [1]
+
+    def fn(x, b):
+        b.value = x + 1
+        b.same = inner
+        return x * 2
+
+    opt, _ = _compile(fn)
+    x = torch.randn(3)
+    opt(x, box)
+    assert same(box.value, x + 1) and box.same is inner
+
+
+def test_store_global_same_and_other_module():
+    def fn(x):
+        global COUNTER
+        COUNTER = COUNTER + 1
+        other_module.update(5)
+        return x + COUNTER + other_module.VALUE
+
+    opt, _ = _compile(fn)
+    x = torch.zeros(2)
+    out = opt(x)
+    assert COUNTER == 1 and other_module.VALUE == 5
+    assert same(out, torch.full((2,), 6.0))
+
+
+def test_list_append_and_dict_setitem_on_existing_containers():
+    log = []
+    cache = {"a": 1}
+
+    def fn(x):
+        log.append(x * 2)
+        log.append("done")
+        cache["b"] = x + 1
+        cache["a"] += 1
+        STATE["calls"] += 1
+        return x
+
+    opt, _ = _compile(fn)
+    before_log, before_cache = log, cache
+    x = torch.randn(2)
+    opt(x)
+    assert log is before_log and cache is before_cache
+    assert len(log) == 2 and same(log[0], x * 2) and log[1] == "done"
+    assert cache["a"] == 2 and same(cache["b"], x + 1)
+    assert STATE["calls"] == 1
+
+
+def test_list_setitem_and_pop_on_existing_list():
+    items = [torch.ones(2), torch.ones(2) * 2, 3]
+
+    def fn(x):
+        items[0] = x
+        last = items.pop()
+        return x * last
+
+    opt, _ = _compile(fn)
+    x = torch.randn(2)
+    assert same(opt(x), x * 3)
+    assert len(items) == 2 and items[0] is x
+
+
+def test_nonlocal_write():
+    count = 0
+
+    def fn(x):
+        nonlocal count
+        count += 1
+        return x + count
+
+    opt, _ = _compile(fn)
+    assert same(opt(torch.zeros(1)), torch.ones(1))
+    assert count == 1
+
+
+def test_inplace_ops_on_inputs():
+    def fn(x, y):
+        x.mul_(2)
+        y[0] = 7.0
+        return x + y
+
+    opt, _ = _compile(fn)
+    x, y = torch.ones(3), torch.zeros(3)
+    out = opt(x, y)
+    assert same(x, torch.full((3,), 2.0)) and y[0].item() == 7.0
+    assert same(out, torch.tensor([9.0, 2.0, 2.0]))
+
+
+def test_side_effects_before_a_graph_break_happen_once_in_order():
+    events = []
+
+    def fn(x):
+        events.append("before")
+        print("break")
+        events.append("after")
+        return x + 1
+
+    torchkiln.reset()
+    opt = torchkiln.compile(fn, backend=CompileCounter())
+    opt(torch.ones(1))
+    assert events == ["before", "after"]
+
+
+def test_failed_capture_leaves_no_half_applied_state():
+    box = {"n": 0}
+
+    def fn(x):
+        box["n"] = 1
+        raise_if_needed = torch.manual_seed  # untraceable: breaks here
+        raise_if_needed(0)
+        return x
+
+    torchkiln.reset()
+    opt = torchkiln.compile(fn, backend=CompileCounter())
+    opt(torch.ones(1))
+    assert box["n"] == 1
