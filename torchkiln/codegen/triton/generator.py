@@ -139,7 +139,8 @@ class TritonGenerator(KernelGenerator):
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)
-        self.interpret = device.type == "cpu"
+        # CPU tensors need the interpreter; CUDA tensors run under it too if the user set it.
+        self.interpret = device.type == "cpu" or interpreter_active()
         self._source = ""
 
     def render(self, kernels: list) -> str:
@@ -153,7 +154,7 @@ class TritonGenerator(KernelGenerator):
     def compile_kernels(self, kernels: list) -> dict:
         if not kernels:
             return {}
-        if self.interpret and not interpreter_active():
+        if self.device.type == "cpu" and not interpreter_active():
             raise RuntimeError("Triton kernels for CPU tensors need TRITON_INTERPRET=1 set before triton is imported")
         self._source = self.render(kernels)
         module = load_module(self._source)
