@@ -105,10 +105,8 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, backend:
     When the frame does nothing with tensors, the entry just calls ``fn`` (torch's
     "skip frame") and no graph is counted.
     """
-    try:
-        from .symbolic_convert import capture_frame
-    except ImportError:
-        return _skip_entry(fn)
+    from .symbolic_convert import capture_frame
+
     f_locals = bind_locals(fn, args, kwargs)
     try:
         return capture_frame(fn, f_locals, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
@@ -120,7 +118,7 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, backend:
     except BackendCompilerFailed:  # raised only when config.suppress_errors is False
         raise
     except Exception as e:  # noqa: BLE001 - any internal failure must fall back safely
-        if fullgraph or getattr(e, "_torchkiln_user_error", False):
+        if fullgraph:
             raise
         warnings.warn(f"torchkiln: capture of {fn.__qualname__} failed ({type(e).__name__}: {e}); running it eagerly")
         return _skip_entry(fn)
