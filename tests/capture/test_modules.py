@@ -20,8 +20,6 @@ Dropped (PyTorch internals or CUDA, no torchkiln counterpart):
 - test_hooks_skip_guards: tests dynamo's skip_nnmodule_hook_guards internals (and its
   body is damaged in the seed).
 - test_lazy_module3: needs CUDA.
-- test_save_and_load_inductor, test_save_and_load_all_backends: need
-  torch._inductor.metrics and torch._dynamo.debug_utils.same_two_models.
 Parts dropped inside kept tests:
 - test_nn_moduledict_contains: the last block uses ``with torch._dynamo.optimize(...)``
   as a context manager, which needs a frame-evaluation hook (torchkiln has none).
@@ -30,10 +28,14 @@ Parts dropped inside kept tests:
   such registry); the rest of each test is kept.
 - test_call_fn_with_non_const_inputs_safe: ``torch._dynamo.export`` becomes
   ``torchkiln.compile(..., fullgraph=True)`` (torchkiln has no export).
+- test_save_and_load_*: ``torch._inductor.metrics`` -> ``torchkiln.codegen.metrics``,
+  ``same_two_models`` -> a local helper, ``torch.load(..., weights_only=False)``.
 """
 import collections
 import copy
 import itertools
+import os
+import tempfile
 import traceback
 import types
 import unittest
@@ -49,6 +51,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import Parameter, UninitializedParameter
 
 import torchkiln
+import torchkiln.exc
 import torchkiln.testing
 from torchkiln.testing import same
 
@@ -84,6 +87,11 @@ class TestCase(unittest.TestCase):
             self.assertFalse(same(first, second), msg)
         else:
             super().assertNotEqual(first, second, msg)
+
+
+def same_two_models(model_a, model_b, example_inputs) -> bool:
+    """torch._dynamo.debug_utils.same_two_models, forward only: same outputs on the inputs."""
+    return same(model_a(*example_inputs), model_b(*example_inputs))
 
 
 def standard_test(self, fn, nargs, expected_ops=None, expected_frame_count=1):
@@ -2621,6 +2629,53 @@ class OptimizedModuleTest(TestCase):
         self.assertEqual(_variable1, 1)
         self.assertEqual(test_functions._variable, 1)
         self.assertEqual(res, 3 * torch.ones(10))
+    def test_save_and_load_inductor(self):
+        # torch._inductor.metrics -> torchkiln.codegen.metrics; same_two_models -> a local
+        # helper; torch.load needs weights_only=False to unpickle a module on torch >= 2.6.
+        from torchkiln.codegen import metrics
+
+        mod = MockModule()
+        opt_mod = torchkiln.compile(mod, backend="inductor")
+        inp = torch.randn(10, 10)
+        opt_mod(inp)
+
+        with tempfile.TemporaryDirectory() as tmpdirname:
+            torch.save(opt_mod, os.path.join(tmpdirname, "model.pt"))
+            loaded_model = torch.load(os.path.join(tmpdirname, "model.pt"), weights_only=False)
+
+        loaded_model(inp)
+        self.assertTrue(same_two_models(loaded_model, mod, [inp]))
+        self.assertTrue(same_two_models(loaded_model, opt_mod, [inp]))
+
+        torchkiln.reset()
+        metrics.generated_kernel_count = 0
+        loaded_model(inp)
+        self.assertGreater(metrics.generated_kernel_count, 0)
+
+    def test_save_and_load_all_backends(self):
+        from torchkiln.codegen import metrics
+
+        mod = MockModule()
+        inp = torch.randn(10, 10)
+        for backend in torchkiln.list_backends():
+            try:
+                opt_mod = torchkiln.compile(mod, backend=backend)
+                with tempfile.TemporaryDirectory() as tmpdirname:
+                    torch.save(opt_mod, os.path.join(tmpdirname, "model.pt"))
+                    loaded_model = torch.load(os.path.join(tmpdirname, "model.pt"), weights_only=False)
+
+                torchkiln.reset()
+                metrics.generated_kernel_count = 0
+                opt_mod(inp)
+                opt_success = metrics.generated_kernel_count == 0
+                torchkiln.reset()
+                metrics.generated_kernel_count = 0
+                loaded_model(inp)
+                loaded_success = metrics.generated_kernel_count == 0
+                self.assertEqual(opt_success, loaded_success)
+            except torchkiln.exc.BackendCompilerFailed:
+                pass
+
     def test_monkeypatching_forward(self):
         class FakeModule(torch.nn.Module):
             def forward(self, x):
