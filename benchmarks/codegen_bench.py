@@ -5,7 +5,8 @@ a GPT-2-style block), forward only and forward+backward, it measures in one run,
 machine:
 
 - steady-state median time per call (after warmup) of eager PyTorch,
-  ``torchkiln.compile(backend="inductor")`` and ``torch.compile(backend="inductor")``;
+  ``torchkiln.compile(backend="inductor")`` and ``torch.compile(backend="inductor")``,
+  measured round-robin (one call of each per round) so background load hits all alike;
 - cold compile time of both compilers (time of the first call, minus one eager call),
   in a process where each compiler has already compiled one trivial function (so imports
   are not counted), with empty disk caches: a fresh temporary ``TORCHKILN_CACHE_DIR`` and
@@ -138,17 +139,21 @@ def _step(fn, x, backward):
         return fn(x)
 
 
-def _median_time(fn, x, backward, device, reps, warmup=3):
-    for _ in range(warmup):
-        _step(fn, x, backward)
+def _interleaved_medians(fns: dict, x, backward, device, reps, warmup=3) -> dict:
+    """Median time per call of each callable, measured round-robin (one call of each per
+    round) so that load from other processes hits every contender alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            _step(fn, x, backward)
     _sync(device)
-    times = []
+    times = {name: [] for name in fns}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        _step(fn, x, backward)
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            _step(fn, x, backward)
+            _sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def _fresh_caches():
@@ -191,7 +196,7 @@ def run_one(name, make_model, make_input, backward, device, reps, use_torch):
     _step(model, x, backward)
     _sync(device)
     eager_once = time.perf_counter() - t0
-    row["eager_ms"] = _median_time(model, x, backward, device, reps) * 1e3
+    contenders = {"eager": model}
     for cname, compile_ in _compilers(use_torch).items():
         _fresh_caches()
         try:
@@ -201,12 +206,11 @@ def run_one(name, make_model, make_input, backward, device, reps, use_torch):
             _sync(device)
             row[f"{cname}_compile_s"] = max(time.perf_counter() - t0 - eager_once, 0.0)
             row[f"{cname}_maxdiff"] = (out.float() - ref.float()).abs().max().item() if out.numel() else 0.0
-            row[f"{cname}_ms"] = _median_time(compiled, x, backward, device, reps) * 1e3
+            contenders[cname] = compiled
         except Exception as e:  # a benchmark reports failures, it does not stop on them
             row[f"{cname}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
-        model.zero_grad(set_to_none=True)
-        if x.grad is not None:
-            x.grad = None
+    for cname, t in _interleaved_medians(contenders, x, backward, device, reps).items():
+        row[f"{cname}_ms"] = t * 1e3
     return row
 
 
