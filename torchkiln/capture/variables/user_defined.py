@@ -17,7 +17,7 @@ import types
 import torch
 
 from ..source import attr_source
-from .base import ConstantVariable, VariableTracker, unsupported
+from .base import ConstantVariable, MethodVariable, VariableTracker, unsupported
 
 _MISSING = object()
 
@@ -288,6 +288,14 @@ class NewObjectVariable(VariableTracker):
     def store_attr(self, tx, name, value):
         self.attrs[name] = value
 
+    def call_function(self, tx, args, kwargs):
+        call = mro_lookup(self.cls, "__call__")
+        if isinstance(call, types.FunctionType):
+            from .functions import UserFunctionVariable
+
+            return UserFunctionVariable(call).call_function(tx, [self, *args], kwargs)
+        unsupported(f"calling {self.cls.__name__} object")
+
     def call_method(self, tx, name, args, kwargs):
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
@@ -387,8 +395,10 @@ class ModelOutputVariable(VariableTracker):
             return self.fields[name]
         from .functions import BoundMethodVariable, UserFunctionVariable
 
+        if name in ("to_tuple", "keys", "values", "items", "get", "__getitem__", "__len__", "__contains__"):
+            return MethodVariable(self, name)
         attr = mro_lookup(self.cls, name)
-        if isinstance(attr, types.FunctionType) and name != "to_tuple":
+        if isinstance(attr, types.FunctionType):
             return BoundMethodVariable(UserFunctionVariable(attr), self)
         unsupported(f"ModelOutput attribute {name}")
 
