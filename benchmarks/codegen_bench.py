@@ -275,7 +275,9 @@ def main(argv=None):
         for backward in modes:
             row = run_one(name, make_model, make_input, backward, args.device, reps, use_torch)
             rows.append(row)
-            print(f"  done {name} {row['mode']}", file=sys.stderr, flush=True)
+            # one line per row as it completes, so a run cut short still reports something
+            print("  " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
+                  flush=True)
     print_table(rows, use_torch)
     if args.json:
         with open(args.json, "w") as f:
