@@ -384,3 +384,56 @@ def test_torchkiln_logs_recompiles_env(tmp_path):
     assert "recompile.py:2" in proc.stderr
     assert "triggered by the following guard failure(s):" in proc.stderr
     assert "L['x']" in proc.stderr
+
+
+def test_optimized_module_hook_kinds_match_eager():
+    torch.manual_seed(0)
+    mod = torch.nn.Linear(4, 4)
+    mod.register_forward_pre_hook(lambda m, args, kwargs: ((args[0] + 1,), kwargs), with_kwargs=True)
+    mod.register_forward_hook(lambda m, args, kwargs, out: out * 2, with_kwargs=True)
+    mod.register_forward_hook(lambda m, args, out: out - 1, prepend=True)
+    grads = []
+    mod.register_full_backward_hook(lambda m, gin, gout: grads.append(gout[0].clone()))
+    cnt = CompileCounter()
+    opt = torchkiln.compile(mod, backend=cnt)
+    x1 = torch.randn(3, 4, requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_(True)
+    ref = mod(x1)
+    ref.sum().backward()
+    res = opt(x2)
+    res.sum().backward()
+    assert same(res, ref)
+    assert same(x2.grad, x1.grad)
+    assert len(grads) == 2 and same(grads[0], grads[1])
+    assert cnt.frame_count >= 1
+
+
+def test_optimized_module_global_hook():
+    mod = torch.nn.Linear(4, 4)
+    opt = torchkiln.compile(mod, backend="eager")
+    x = torch.randn(2, 4)
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, args, out: out + 10)
+    try:
+        ref = mod(x)
+        assert same(opt(x), ref)
+    finally:
+        handle.remove()
+    assert same(opt(x), mod(x))
+
+
+def test_optimized_module_hook_compiled_as_own_frame():
+    mod = torch.nn.Linear(4, 4)
+    mod.register_forward_hook(lambda m, args, out: out * 2 + 1)
+    cnt = CompileCounter()
+    opt = torchkiln.compile(mod, backend=cnt)
+    x = torch.randn(2, 4)
+    assert same(opt(x), mod(x))
+    assert cnt.frame_count == 2  # forward, then the hook: as torch.compile captures them
+
+
+def test_hook_registered_on_optimized_module_itself():
+    mod = torch.nn.Linear(4, 4)
+    opt = torchkiln.compile(mod, backend="eager")
+    opt.register_forward_hook(lambda m, args, out: out * 3)
+    x = torch.randn(2, 4)
+    assert same(opt(x), mod(x) * 3)

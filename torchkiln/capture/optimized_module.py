@@ -109,6 +109,13 @@ class OptimizedModule(torch.nn.Module):
         self._torchkiln_context = context
         self._torchkiln_forward = (None, None)  # (forward function, its compiled wrapper)
 
+    def __call__(self, *args, **kwargs):
+        # Global hooks fire once, for the original module (torch fires them for the
+        # wrapper too and warns); hooks registered on the wrapper itself still run.
+        if self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks:
+            return super().__call__(*args, **kwargs)
+        return self.forward(*args, **kwargs)
+
     def forward(self, *args, **kwargs):
         mod = self.__dict__["_modules"]["_orig_mod"]
         context = self.__dict__["_torchkiln_context"]
