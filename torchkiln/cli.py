@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import time
 
 BENCH_EPILOG = """\
 exit status: 0 when every row is ok or skipped; 1 when any row is a mismatch or an
-error (torchkiln's result; the peer's status does not count); 2 for bad arguments.
+error (torchkiln's result; the peer's status does not count); 2 for bad arguments;
+130 when interrupted (Ctrl-C or SIGTERM), after printing the rows measured so far.
 
 Each model and mode runs in two fresh subprocesses: a cold one (empty caches: compile
 time, correctness, steady-state times) and a warm one (the caches kept: compile time,
@@ -75,6 +77,10 @@ def _list_models(console) -> int:
     return 0
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def _bench(args, console) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -96,30 +102,45 @@ def _bench(args, console) -> int:
                    threads=args.threads)
     start = time.perf_counter()
     err = Console(stderr=True)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=err, transient=True) as progress:
-        task = progress.add_task("compiling", total=len(models) * len(modes))
+    rows: list[dict] = []
+    total = len(models) * len(modes)
+    interrupted = False
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                      TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err,
+                      transient=True) as progress:
+            task = progress.add_task("compiling", total=total)
 
-        def on_start(name, mode):
-            progress.update(task, description=f"{name} {mode}")
+            def on_start(name, mode):
+                progress.update(task, description=f"{name} {mode}")
 
-        def on_row(row):
-            progress.advance(task)
-            detail = row.get("error") or ""
-            if row["status"] == "ok":
-                detail = f"{row.get('speedup', 0):.2f}x, compile {row.get('compile_cold_s', 0):.1f} s"
-            progress.console.print(f"{row['model']} {row['mode']}: {row['status']} {detail}".rstrip(),
-                                   markup=False, highlight=False, soft_wrap=True)
+            def on_row(row):
+                rows.append(row)
+                progress.advance(task)
+                detail = row.get("error") or ""
+                if row["status"] == "ok":
+                    detail = f"{row.get('speedup', 0):.2f}x, compile {row.get('compile_cold_s', 0):.1f} s"
+                progress.console.print(f"{row['model']} {row['mode']}: {row['status']} {detail}".rstrip(),
+                                       markup=False, highlight=False, soft_wrap=True)
 
-        rows = run_suite(models, modes, opts, args.timeout, on_row=on_row, on_start=on_start)
+            run_suite(models, modes, opts, args.timeout, on_row=on_row, on_start=on_start)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: report what was measured
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     elapsed = time.perf_counter() - start
     summary = report.summarize(rows)
     title = (f"torchkiln bench: backend={opts.backend}, device={opts.device}, threads={opts.threads}, "
              f"repeat={opts.repeat}")
+    if interrupted:
+        title += f" -- INTERRUPTED after {len(rows)} of {total} rows"
     report.print_report(rows, summary, opts.peer, title, console, elapsed)
     if args.json:
         report.write_json(args.json, rows, summary, {"options": vars(opts), "models": models, "modes": modes,
-                                                     "elapsed_s": elapsed})
+                                                     "elapsed_s": elapsed, "interrupted": interrupted})
+    if interrupted:
+        return 130
     return 1 if report.failed(rows) else 0
 
 
