@@ -6,7 +6,7 @@ and through ``torch.compile(backend="eager")``, all in one process, interleaved 
 rounds.  The overhead of a compiler is its median time per call minus eager's median:
 guard checks, argument binding and dispatch to the captured graph.  Also reported:
 the same for a function of one tensor input, and torchkiln's ratio to torch's
-overhead (target: at most 1.5x).
+overhead (target: at most 1.5x), and the same for an ``nn.Module`` (``OptimizedModule``).
 
 Usage::
 
@@ -33,6 +33,11 @@ def ten_inputs(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9):
 
 def one_input(a0):
     return a0 + 1
+
+
+class AddOne(torch.nn.Module):
+    def forward(self, a0):
+        return a0 + 1
 
 
 def _time_per_call(fn, args, calls: int) -> float:
@@ -78,7 +83,8 @@ def main(argv=None) -> None:
     print(header)
     print("-" * len(header))
     for name, fn, args_ in (("10 inputs", ten_inputs, tuple(torch.randn(1) for _ in range(10))),
-                            ("1 input", one_input, (torch.randn(1),))):
+                            ("1 input", one_input, (torch.randn(1),)),
+                            ("module", AddOne(), (torch.randn(1),))):
         t = measure(name, fn, args_, args.calls, args.rounds, with_torch)
         kiln_ovh = t["torchkiln"] - t["eager"]
         torch_t = t.get("torch.compile")
