@@ -223,8 +223,38 @@ def try_join(plan: KernelPlan, node: SchedulerNode) -> Optional[KernelPlan]:
             loops = build_loops(ranges, rranges, plan.nodes + [node])
         except NotFusable:
             continue
+        if _mixes_column_reduction(loops, ranges, rranges):
+            continue
         return KernelPlan(ranges, rranges, plan.nodes + [node], loops)
     return None
+
+
+def _mixes_column_reduction(loops, ranges, rranges) -> bool:
+    """A reduction over outer dims (contiguous in x, strided in r) with stores inside
+    the reduction loop: the C++ generator can only tile pure column reductions, so
+    keep the pointwise part in a kernel of its own."""
+    if not ranges or not rranges or not any(isinstance(st, Store) for lp in loops if lp.reduction for st in lp.body):
+        return False
+    x, r = ir.index_vars("x", len(ranges))[-1], ir.index_vars("r", len(rranges))[-1]
+    for lp in loops:
+        for st in lp.body:
+            if isinstance(st, Reduce):
+                loads = [v for v in _values(st.value) if isinstance(v, Load)]
+                if (any(sympy.expand(v.index).coeff(x) == 1 for v in loads)
+                        and not any(sympy.expand(v.index).coeff(r) == 1 for v in loads)):
+                    return True
+    return False
+
+
+def _values(value, seen=None):
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    yield value
+    children = value.args if isinstance(value, Op) else (value.mask, value.body) if isinstance(value, Masked) else ()
+    for c in children:
+        yield from _values(c, seen)
 
 
 class Scheduler:

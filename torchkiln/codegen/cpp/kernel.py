@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import sympy
 import torch
 
 from .. import config
@@ -248,6 +249,8 @@ class CppKernel:
             f"num_threads(kiln_threads)")
         if not ranges:
             body_lines, indent = [], "  "
+        elif is_column_reduction(k) and not self.serial:
+            return self._render_tiled(lines, parallel)
         elif pure_pointwise and len(ranges) == 1:
             pragma = parallel.replace("parallel for", "parallel for simd") if parallel else "#pragma omp simd"
             body_lines, indent = self._loop_nest(xs, ranges, "  ", pragma)
@@ -348,6 +351,115 @@ class CppKernel:
         for d in range(n, 0, -1):
             scope.lines.append(ind + "  " * (d - 1) + "}")
         scope.lines += after
+
+
+    TILE = 16
+
+    def _render_tiled(self, lines, parallel) -> str:
+        """A reduction over outer dims (``sum(0)`` of a row-major tensor): for each tile of
+        the innermost outer index, accumulate into arrays while walking the reduction
+        ranges, so every load is contiguous and the tile loop vectorizes."""
+        k = self.k
+        xs, ranges = list(k.index_vars), list(k.ranges)
+        last, n = xs[-1], cexpr(ranges[-1])
+        head = [f"for (int64_t {v} = 0; {v} < {cexpr(r)}; {v}++) {{" for v, r in zip(xs[:-1], ranges[:-1])]
+        head.append(f"for (int64_t xb = 0; xb < {n}; xb += {self.TILE}) {{")
+        if parallel:
+            pragma = f"{parallel} collapse({len(head)})" if len(head) > 1 else parallel
+            lines.append("  " + pragma)
+        indent = "  "
+        for h in head:
+            lines.append(indent + h)
+            indent += "  "
+        lines.append(f"{indent}const int64_t xe = std::min<int64_t>({n}, xb + {self.TILE});")
+        lane = f"[{last} - xb]"
+        for loop in k.loops:
+            if loop.reduction:
+                for r in loop.body:
+                    vt = vtype(r.value.dtype) if r.reduction_type in ("max", "min") else vtype(r.dtype)
+                    if r.reduction_type in self._INIT:
+                        init = f"static_cast<{vt}>({self._INIT[r.reduction_type]})"
+                        self.reductions[r.name] = f"{r.name}{lane}"
+                    else:
+                        init = ("-" if r.reduction_type == "max" else "") + f"std::numeric_limits<{vt}>::infinity()"
+                        if not r.value.dtype.is_floating_point:
+                            init = f"std::numeric_limits<{vt}>::{'lowest' if r.reduction_type == 'max' else 'max'}()"
+                        lines.append(f"{indent}int {r.name}_nan[{self.TILE}] = {{0}};")
+                        self.reductions[r.name] = (f"({r.name}_nan{lane} ? std::numeric_limits<{vt}>::quiet_NaN() "
+                                                   f": {r.name}{lane})")
+                    lines.append(f"{indent}{vt} {r.name}[{self.TILE}];")
+                    lines.append(f"{indent}for (int i = 0; i < {self.TILE}; i++) {r.name}[i] = {init};")
+                rlines, rindent = self._loop_nest(k.reduction_vars, k.reduction_ranges, indent)
+                lines += rlines
+                lines.append(f"{rindent}#pragma omp simd")
+                lines.append(f"{rindent}for (int64_t {last} = xb; {last} < xe; {last}++) {{")
+                scope = Scope(None, rindent + "  ")
+                for r in loop.body:
+                    v = self.emit(r.value, scope)
+                    acc = f"{r.name}{lane}"
+                    rt = r.reduction_type
+                    if rt in ("max", "min"):
+                        cmp = ">" if rt == "max" else "<"
+                        scope.lines.append(f"{scope.indent}{acc} = ({v} {cmp} {acc}) ? {v} : {acc};")
+                        if r.value.dtype.is_floating_point:
+                            scope.lines.append(f"{scope.indent}{r.name}_nan{lane} |= ({v} != {v});")
+                    else:
+                        op = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}[rt]
+                        scope.lines.append(f"{scope.indent}{acc} = {acc} {op} {v};")
+                lines += scope.lines
+                lines.append(f"{rindent}}}")
+                for d in range(len(k.reduction_vars), 0, -1):
+                    lines.append(indent + "  " * (d - 1) + "}")
+            else:
+                lines.append(f"{indent}for (int64_t {last} = xb; {last} < xe; {last}++) {{")
+                scope = Scope(None, indent + "  ")
+                for st in loop.body:
+                    self._store(st, scope)
+                lines += scope.lines
+                lines.append(f"{indent}}}")
+        for d in range(len(head), 0, -1):
+            lines.append("  " * d + "}")
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def is_column_reduction(k: FusedKernel) -> bool:
+    """True for a kernel that only reduces (sum/prod/max/min/any/all, stores after the
+    reductions) where loads are contiguous in the innermost outer index but not in the
+    innermost reduction index: walking the reduction innermost would stride memory."""
+    if not k.reduction_ranges or not k.ranges:
+        return False
+    x, r = k.index_vars[-1], k.reduction_vars[-1]
+    contiguous_x = contiguous_r = False
+    for loop in k.loops:
+        for st in loop.body:
+            if loop.reduction != isinstance(st, Reduce):
+                return False
+            if isinstance(st, Reduce):
+                if st.reduction_type not in ("sum", "prod", "max", "min", "any", "all"):
+                    return False
+                for load in _loads(st.value):
+                    if load.indirect:
+                        return False
+                    index = sympy.expand(load.index)
+                    contiguous_x |= index.coeff(x) == 1
+                    contiguous_r |= index.coeff(r) == 1
+    return contiguous_x and not contiguous_r
+
+
+def _loads(value, seen=None):
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, Load):
+        yield value
+    elif isinstance(value, Op):
+        for a in value.args:
+            yield from _loads(a, seen)
+    elif isinstance(value, Masked):
+        yield from _loads(value.mask, seen)
+        yield from _loads(value.body, seen)
 
 
 def render_kernel(kernel: FusedKernel) -> str:
