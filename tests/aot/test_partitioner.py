@@ -79,3 +79,16 @@ def test_custom_partition_fn_is_used():
     aot_function(lambda x: x.sin(), nop, partition_fn=partition)(x).sum().backward()
     assert calls == [1]
     torch.testing.assert_close(x.grad, x.detach().cos())
+
+
+def test_graph_constants_are_read_again_in_the_backward():
+    rec = GraphRecorder()
+    c = torch.tensor([1.0, 2.0, 3.0])
+    from torchkiln.aot import aot_function
+
+    x = torch.randn(3, requires_grad=True)
+    aot_function(lambda x: (x * c).sin(), rec)(x).sum().backward()
+    torch.testing.assert_close(x.grad, (x * c).cos().detach() * c)
+    fw_outputs = next(n for n in rec.graphs[0].graph.nodes if n.op == "output").args[0]
+    assert all(o.op != "get_attr" for o in fw_outputs)  # the constant is not saved
+    assert any(n.op == "get_attr" and "val" in n.meta for n in rec.graphs[1].graph.nodes)

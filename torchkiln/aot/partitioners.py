@@ -139,6 +139,8 @@ _RECOMPUTABLE_NAMES = {
 
 
 def _recomputable(n: fx.Node) -> bool:
+    if n.op == "get_attr":  # a graph constant: free to read again in the backward
+        return True
     if n.op != "call_function":
         return False
     if n.target is operator.getitem:
