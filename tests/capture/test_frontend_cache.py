@@ -425,3 +425,21 @@ def test_options_dropped_with_warning_when_backend_takes_none(fake_capture):
     x = torch.randn(2)
     assert same(f(x, x), add_mul(x, x))
     assert cnt.frame_count == 1
+
+
+def test_compile_of_decorated_method_and_of_disabled_function(fake_capture):
+    cnt = CompileCounter()
+
+    class Obj:
+        @torchkiln.compile(backend=cnt)
+        def method(this, x):
+            return x * 2
+
+    o = Obj()
+    again = torchkiln.compile(o.method, backend=cnt)
+    x = torch.randn(3)
+    assert same(again(x), x * 2) and same(o.method(x), x * 2)
+    assert cnt.frame_count == 1
+
+    disabled = torchkiln.disable(add_mul)
+    assert torchkiln.compile(disabled, backend=cnt) is disabled

@@ -161,7 +161,6 @@ class CompileContext:
             kwargs["options"] = dict(options)
         kwargs = _accepted_keywords(compiler_fn, kwargs)
         self.backend = _BackendCall(compiler_fn, kwargs) if kwargs else compiler_fn
-        self.backend_name = backend if isinstance(backend, str) else getattr(compiler_fn, "__name__", str(compiler_fn))
         self.fullgraph = fullgraph
         self.dynamic = dynamic
         self.guard_fail_fn = guard_fail_fn
@@ -188,9 +187,11 @@ class CompileContext:
 
     def wrap(self, fn: Callable) -> Callable:
         """The compiled wrapper of a callable (the ``compile_wrapper`` given to capture)."""
-        fn = getattr(fn, "_torchkiln_compiled_orig", fn)  # re-wrapping a wrapper wraps its original
         if isinstance(fn, types.MethodType):
             return types.MethodType(self.wrap(fn.__func__), fn.__self__)
+        if getattr(fn, "_torchkiln_disable", False):
+            return fn  # disable wins, as torch's DisableContext does
+        fn = getattr(fn, "_torchkiln_compiled_orig", fn)  # re-wrapping a wrapper wraps its original
         if isinstance(fn, functools.partial):
             return functools.partial(self.wrap(fn.func), *fn.args, **fn.keywords)
         if not isinstance(fn, types.FunctionType):
