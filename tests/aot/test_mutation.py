@@ -151,3 +151,18 @@ def test_mutated_input_aliasing_another_input_runs_eagerly():
     torch.testing.assert_close(base, base_ref)
     x, y = torch.zeros(3), torch.zeros(3)
     torch.testing.assert_close(g(x, y), torch.zeros(3))  # the compiled path for unaliased inputs
+
+
+def test_saved_input_mutated_under_no_grad_after_use_in_graph():
+    # The partitioner may save the pre-mutation input and recompute from it in the
+    # backward; the runtime keeps that value even though the epilogue overwrites the input.
+    def f(x, w):
+        with torch.no_grad():
+            x.add_(1)
+        return (x * w).sin()
+
+    for partition in ("default", "min_cut"):
+        from torchkiln.aot import default_partition, min_cut_rematerialization_partition
+
+        fn = default_partition if partition == "default" else min_cut_rematerialization_partition
+        check(f, lambda: [torch.randn(3), torch.randn(3, requires_grad=True)], partition_fn=fn)

@@ -62,8 +62,12 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[[], Callable], m
             fw_outs = outs[:num_fw_outs]
             saved = outs[num_fw_outs:num_fw_outs + num_saved_tensors]
             syms = outs[num_fw_outs + num_saved_tensors:]
-            # A saved input that the epilogue will overwrite is saved by value.
-            saved = [t.clone() if any(t is args[i] for i in mutated_data) else t for t in saved]
+            # A saved input (or view of one) that the epilogue will overwrite is saved by
+            # value: the backward may recompute from the pre-mutation value.
+            if mutated_data:
+                ptrs = {args[i].untyped_storage().data_ptr() for i in mutated_data}
+                saved = [t.clone() if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in ptrs else t
+                         for t in saved]
             ctx.save_for_backward(*saved)
             ctx.saved_syms = syms
             ctx.num_args = len(args)
