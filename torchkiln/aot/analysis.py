@@ -10,6 +10,7 @@ call, as in eager).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Optional
 
 import torch
@@ -85,7 +86,7 @@ class ViewAndMutationMeta:
     def fw_differentiable_fakes(self) -> list:
         return [f for f, d in zip(self.fw_out_fakes, self.fw_output_differentiable()) if d]
 
-    @property
+    @functools.cached_property
     def mutated_inputs(self) -> list[int]:
         """Indices of inputs whose new value the forward graph returns, in order."""
         return [i for i, info in enumerate(self.inputs) if info.mutated]
