@@ -172,3 +172,36 @@ def test_cache_hit_counted_in_process():
     before = counters["inductor"]["cpp_cache_hit"]
     compile_fx_inner(gm, [x])
     assert counters["inductor"]["cpp_cache_hit"] == before + 1
+
+
+def test_column_reductions_are_tiled_and_correct():
+    x = torch.randn(37, 45)
+    x[3, 5] = float("nan")
+    c = compile_and_check(lambda a: (a.sum(0), (a * 2).amax(0), a.var(0), a.mean(0, keepdim=True)), x, atol=1e-4)
+    assert "xb += 16" in c.kernel_source
+
+
+def test_scatter_and_index_put_lower_to_kernels():
+    x, i, v = torch.randn(6, 4), torch.tensor([0, 2, 2, 5]), torch.randn(4, 4)
+    compile_and_check(lambda a, idx, val: (torch.index_put(a, (idx,), val, accumulate=True) * 2,
+                                           a.scatter_add(0, idx.view(4, 1).expand(4, 4), val),
+                                           torch.slice_scatter(a, val[:3], 0, 1, 6, 2),
+                                           a[idx] * val), x, i, v)
+    assert not metrics.fallback_ops
+
+
+def test_copy_into_input_is_a_kernel_store():
+    def fn(a, b):
+        torch.ops.aten.copy_.default(a, b * 2)
+        return (b + 1,)
+
+    x, y = torch.randn(5), torch.randn(5)
+    gm = make_fx(fn)(x.clone(), y)
+    compiled = compile_fx_inner(gm, [x, y])
+    out = compiled(x, y)
+    torch.testing.assert_close(x, y * 2)
+    torch.testing.assert_close(out[0], y + 1)
+
+
+def test_graph_constants_become_wrapper_globals():
+    compile_and_check(lambda a: (a + torch.tensor([1.0, 2.0, 3.0]),), torch.randn(2, 3))
