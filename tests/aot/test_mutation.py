@@ -166,3 +166,26 @@ def test_saved_input_mutated_under_no_grad_after_use_in_graph():
 
         fn = default_partition if partition == "default" else min_cut_rematerialization_partition
         check(f, lambda: [torch.randn(3), torch.randn(3, requires_grad=True)], partition_fn=fn)
+
+
+ASSORTED = {
+    "index_put_on_clone": (lambda x, i, v: x.clone().index_put_((i,), v),
+                           lambda: [torch.randn(5, requires_grad=True), torch.tensor([0, 3]), torch.randn(2, requires_grad=True)]),
+    "scatter_into_input": (lambda x, i: (x.scatter_(0, i, 1.0), x * 2)[1], lambda: [torch.randn(5), torch.tensor([1, 2])]),
+    "masked_fill_through_view": (lambda x: (lambda y: (y[:, 0].masked_fill_(y[:, 0] > 0, 0.0), y.sum())[1])(x * 1),
+                                 lambda: [torch.randn(3, 4, requires_grad=True)]),
+    "boolean_setitem_on_input": (lambda x: (x.__setitem__(x > 0, 0.0), x + 1)[1], lambda: [torch.randn(6)]),
+    "mutate_unbound_views": (lambda x: [t.add_(1) for t in x.unbind(0)] and x * 2, lambda: [torch.randn(3, 2)]),
+    "resize_input": (lambda x: (x.resize_(2, 3), x + 1)[1], lambda: [torch.randn(6)]),
+    "as_strided_view": (lambda x: x.as_strided((2, 2), (1, 2)).exp(), lambda: [torch.randn(6, requires_grad=True)]),
+    "complex_views": (lambda x: torch.view_as_real(torch.view_as_complex(x) * 2).sum(), lambda: [torch.randn(3, 2, requires_grad=True)]),
+    "zero_size": (lambda x: x.sum(0) * 2, lambda: [torch.randn(0, 3, requires_grad=True)]),
+    "channels_last": (lambda x: torch.nn.functional.relu(x) * 2,
+                      lambda: [torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last).requires_grad_()]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ASSORTED))
+def test_assorted_mutations_and_views(name):
+    fn, make = ASSORTED[name]
+    check(fn, make)
