@@ -160,3 +160,50 @@ def test_disabled_function_breaks():
         return helper(x + 1) - 1
 
     check(f, randn(3), fullgraph=False, frames=2)
+
+
+def test_break_keeps_closure_cells_shared():
+    def f(x):
+        k = 1
+
+        def get():
+            return k
+
+        y = x + get()
+        print("break")
+        k = 5
+        return y + get()
+
+    check(f, torch.zeros(2), fullgraph=False, frames=2)
+
+
+def test_break_inside_comprehension():
+    def f(x):
+        return [torch.relu(x * i) if print(i) is None else x for i in range(3)]
+
+    check(f, randn(3), fullgraph=False)
+
+
+def test_break_inside_autocast_block():
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ x
+            print("in autocast")
+            z = y @ x
+        return z.dtype, z.float(), torch.is_autocast_enabled("cpu")
+
+    check(f, randn(4, 4), fullgraph=False)
+
+
+def test_break_inside_user_try_block_runs_frame_eagerly():
+    def f(x):
+        try:
+            y = x + 1
+            print("in try")
+        except RuntimeError:
+            y = x
+        return y * 2
+
+    cnt = check(f, randn(2), fullgraph=False)
+    assert cnt.frame_count == 0
+    assert "graph break inside a try block" in counters["graph_break"]

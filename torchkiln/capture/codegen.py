@@ -44,6 +44,7 @@ class RuntimeCodegen:
     def recipe(self, vt):
         from .symbolic_convert import LazyLocal
         from .variables.containers import BaseListVariable, DictVariable, ListIteratorVariable, SetVariable
+        from .variables.base import CellVariable
         from .variables.user_defined import NewObjectVariable
 
         if isinstance(vt, LazyLocal):
@@ -52,7 +53,8 @@ class RuntimeCodegen:
         if key in self._recipes:
             return self._recipes[key]
         inner = vt.reconstruct(self)
-        if isinstance(vt, (BaseListVariable, DictVariable, SetVariable, NewObjectVariable, ListIteratorVariable)):
+        if isinstance(vt, (BaseListVariable, DictVariable, SetVariable, NewObjectVariable, ListIteratorVariable,
+                           CellVariable)):
             def memoized(rt, inner=inner, key=key):
                 value = rt.memo.get(key, rt)
                 if value is rt:

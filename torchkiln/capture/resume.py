@@ -18,19 +18,22 @@ _cache: dict[tuple, types.CodeType] = {}
 
 
 def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ...], local_names: tuple[str, ...],
-                lineno: int) -> types.CodeType:
+                lineno: int, cell_names: tuple[str, ...] = ()) -> types.CodeType:
     """Code resuming ``code`` at item ``position`` of ``Bytecode.from_code(code)``.
 
     ``stack_nulls[i]`` is True where stack slot ``i`` holds CPython's NULL.  The new code
-    takes ``(*non-null stack values, *local_names)`` positionally.
+    takes ``(*non-null stack values, *local_names)`` positionally; the locals named in
+    ``cell_names`` are passed as cell objects, so their MAKE_CELL is dropped.
     """
-    key = (code, position, stack_nulls, local_names)
+    key = (code, position, stack_nulls, local_names, cell_names)
     cached = _cache.get(key)
     if cached is not None:
         return cached
     bc = Bytecode.from_code(code)
     items = list(bc)
     header_end = next(i for i, ins in enumerate(items) if isinstance(ins, Instr) and ins.name == "RESUME")
+    header = [ins for ins in items[: header_end + 1]
+              if not (isinstance(ins, Instr) and ins.name == "MAKE_CELL" and ins.arg.name in cell_names)]
     target = Label()
     body = items[header_end + 1:]
     body.insert(position - header_end - 1, target)
@@ -40,7 +43,7 @@ def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ..
     for null in stack_nulls:
         prologue.append(Instr("PUSH_NULL", lineno=lineno) if null else Instr("LOAD_FAST", next(names), lineno=lineno))
     prologue.append(Instr("JUMP_FORWARD", target, lineno=lineno))
-    new = Bytecode(items[: header_end + 1] + prologue + body)
+    new = Bytecode(header + prologue + body)
     new.argnames = stack_names + list(local_names)
     new.argcount = len(new.argnames)
     new.posonlyargcount = 0
@@ -59,6 +62,7 @@ def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ..
     return result
 
 
-def resume_function(fn: types.FunctionType, position: int, stack_nulls, local_names, lineno) -> types.FunctionType:
-    code = resume_code(fn.__code__, position, tuple(stack_nulls), tuple(local_names), lineno)
+def resume_function(fn: types.FunctionType, position: int, stack_nulls, local_names, lineno,
+                    cell_names=()) -> types.FunctionType:
+    code = resume_code(fn.__code__, position, tuple(stack_nulls), tuple(local_names), lineno, tuple(cell_names))
     return types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)

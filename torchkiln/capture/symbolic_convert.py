@@ -340,7 +340,8 @@ class InstructionTranslatorBase:
                 unsupported(f"call to {fn.__module__}.{fn.__qualname__} (logging/warnings)")
             defaults = [wrap(self, d, item_source(attr_source(src, "__defaults__"), i)) if src else
                         wrap_constant_like(self, d) for i, d in enumerate(fn.__defaults__ or ())]
-            kwdefaults = {k: wrap_constant_like(self, v) for k, v in (fn.__kwdefaults__ or {}).items()}
+            kwdefaults = {k: wrap(self, v, item_source(attr_source(src, "__kwdefaults__"), k)) if src else
+                          wrap_constant_like(self, v) for k, v in (fn.__kwdefaults__ or {}).items()}
             cells = {}
             for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
                 cells[name] = RealCell(cell, f"{src}.__closure__[{i}].cell_contents" if src else None)
@@ -863,6 +864,10 @@ class RealCell(VariableTracker):
     def store(self, tx, value):
         tx.output.side_effects.store_cell(self.cell, value)
 
+    def reconstruct(self, cg):
+        cell = self.cell
+        return lambda rt: cell
+
 
 class LazyLocal:
     """An argument of the root frame not read yet (guards are installed on first read)."""
@@ -921,10 +926,14 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.root = self
         symbolic_locals = {}
         cells = {}
+        made_cells = {i.argval for i in dis.get_instructions(code) if i.opname == "MAKE_CELL"}
         for name, value in f_locals.items():
             if name in code.co_freevars:
                 idx = code.co_freevars.index(name)
                 cells[name] = RealCell(fn.__closure__[idx], local_source(name))
+            elif name in code.co_cellvars and name not in made_cells and isinstance(value, types.CellType):
+                # a resume function receives the frame's cells themselves
+                cells[name] = RealCell(value, f"{local_source(name)}.cell_contents")
             else:
                 symbolic_locals[name] = LazyLocal(value, local_source(name))
         super().__init__(code, fn.__globals__, symbolic_locals, output, self, cells)
@@ -1046,18 +1055,21 @@ class InstructionTranslator(InstructionTranslatorBase):
         stack_recipes = [cg.recipe(v) for v in stack_vts if not isinstance(v, NullVariable)]
         local_names = [n for n in self.symbolic_locals if not isinstance(self.symbolic_locals[n], NullVariable)
                        and not n.startswith("___stack")]  # a resume prologue's temporaries are dead
+        # Cell variables travel as the cells themselves (the resume code skips MAKE_CELL
+        # for them), so closures made before the break keep sharing them.
+        cell_names = [c for c in self.cells if c in self.code.co_cellvars]
+        for cname in cell_names:
+            local_names = [n for n in local_names if n != cname]
         local_recipes = [cg.recipe(self.symbolic_locals[n]) for n in local_names]
-        for cname, cell in self.cells.items():
-            if isinstance(cell, CellVariable) and cell.value is not None and cname not in local_names:
-                local_names.append(cname)
-                local_recipes.append(cg.recipe(cell.value))
+        local_names += cell_names
+        local_recipes += [cg.recipe(self.cells[c]) for c in cell_names]
         wrapper = self.compile_wrapper
         fn = self.fn
         lineno = self.lineno
 
         def resume_at(index, extra_nulls):
             pos = self.positions[index]
-            rfn = resume_function(fn, pos, stack_nulls + extra_nulls, local_names, lineno)
+            rfn = resume_function(fn, pos, stack_nulls + extra_nulls, local_names, lineno, cell_names)
             return wrapper(rfn)
 
         if name in ("CALL", "CALL_FUNCTION_EX"):

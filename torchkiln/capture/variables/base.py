@@ -157,9 +157,17 @@ NULL = NullVariable()
 class CellVariable(VariableTracker):
     """A closure cell created in the traced code (a box for a nonlocal variable)."""
 
-    def __init__(self, value=None, real_cell=None):
+    def __init__(self, value=None):
         self.value = value
-        self.real_cell = real_cell
+
+    def reconstruct(self, cg):
+        """A real cell holding the current value (memoized per call, so closures share it)."""
+        import types
+
+        if self.value is None:
+            return lambda rt: types.CellType()
+        value = cg.recipe(self.value)
+        return lambda rt: types.CellType(value(rt))
 
     def __repr__(self):
         return f"CellVariable({self.value!r})"

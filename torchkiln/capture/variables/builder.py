@@ -179,8 +179,13 @@ def _wrap(tx, value, source):
     if is_torch_callable(value):
         return TorchVariable(value, source)
     if isinstance(value, types.FunctionType):
-        g.id_match(source, value)
+        # FUNCTION_MATCH on the code: closures re-made per call (e.g. handed to a resume
+        # function) still match; defaults and cell contents are read through sources.
+        g.id_match(f"{source}.__code__", value.__code__)
         return UserFunctionVariable(value, source)
+    if isinstance(value, types.MethodType) and value.__name__ == "__exit__" and isinstance(
+            value.__self__, (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.autocast)):
+        return _entered_context_exit(tx, value.__self__, source)
     if isinstance(value, types.MethodType):
         g.id_match(attr_source(source, "__func__"), value.__func__)
         return BoundMethodVariable(UserFunctionVariable(value.__func__, attr_source(source, "__func__")),
@@ -205,6 +210,31 @@ _BUILTIN_IDS = {id(v) for v in vars(builtins).values() if callable(v)}
 
 
 _SEQ_ITERATORS = (type(iter([])), type(iter(())))
+
+
+class NativeExitVariable(VariableTracker):
+    """An ``__exit__`` that must run natively: calling it is a graph break."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def call_function(self, tx, args, kwargs):
+        from .base import unsupported
+
+        unsupported("exiting an autocast region entered before the frame")
+
+
+def _entered_context_exit(tx, ctx, source):
+    """The ``__exit__`` of a real context manager already entered when the frame began
+    (a resume function inside a ``with`` block): grad mode is tracked symbolically;
+    autocast's exit is a graph break (it runs natively)."""
+    from .ctx_manager import GradModeVariable, WithExitVariable
+
+    if isinstance(ctx, torch.autocast):
+        return NativeExitVariable(source)
+    tracker = GradModeVariable(torch.is_grad_enabled(), ctx.prev)
+    tx.root.active_contexts.append(tracker)
+    return WithExitVariable(tracker)
 
 
 def _identity_hashed(key) -> bool:

@@ -97,14 +97,14 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         unsupported(f"function attribute {name}")
 
     def reconstruct(self, cg):
-        if self.closure:
-            unsupported("reconstructing a closure made inside the compiled frame")
         code, f_globals, name = self.code, self.f_globals, self.qualname
+        cells = [cg.recipe(c) for c in self.closure.items] if self.closure else None
         defaults = cg.recipe(self.defaults) if self.defaults is not None else (lambda rt: None)
         kwdefaults = cg.recipe(self.kwdefaults) if self.kwdefaults is not None else (lambda rt: None)
 
         def make(rt):
-            fn = types.FunctionType(code, f_globals, name.rsplit(".", 1)[-1], defaults(rt))
+            closure = tuple(c(rt) for c in cells) if cells is not None else None
+            fn = types.FunctionType(code, f_globals, name.rsplit(".", 1)[-1], defaults(rt), closure)
             fn.__kwdefaults__ = kwdefaults(rt)
             fn.__qualname__ = name
             return fn

@@ -100,8 +100,6 @@ class TorchVariable(VariableTracker):
             return ConstantVariable(True)
         if id(fn) in _FALSE:
             return ConstantVariable(None if fn is torch._C._get_tracing_state else False)
-        if id(fn) in _BREAK:
-            unsupported(f"call to {getattr(fn, '__qualname__', fn)} (not traceable)")
         if fn is torch._C._set_grad_enabled or fn is torch.set_grad_enabled:
             from .ctx_manager import GradModeVariable, set_grad
 
@@ -109,6 +107,9 @@ class TorchVariable(VariableTracker):
             initial = torch.is_grad_enabled()
             set_grad(tx, mode)
             return GradModeVariable(mode, initial, applied=True)
+        name = getattr(fn, "__name__", "")
+        if id(fn) in _BREAK or name.startswith(("set_", "_set_")) or "autocast" in name or name.endswith("_nesting"):
+            unsupported(f"call to {getattr(fn, '__qualname__', fn)} (changes global state; not traceable)")
         if id(fn) in _FOLD or all(a.is_python_constant() for a in args) and all(
                 v.is_python_constant() for v in kwargs.values()) and fn in (torch.Size,):
             value = fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
