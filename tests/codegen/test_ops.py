@@ -167,6 +167,8 @@ case("pow_frac", lambda x: x.pow(0.5), T((4, 6), "pos"))
 case("atan_asin", lambda x: torch.atan(x) + torch.asin(x), T((4, 6), "unit"))
 case("rounding", lambda x: (torch.floor(x), torch.ceil(x), torch.round(x), torch.trunc(x), torch.sign(x)), A, grad=False, triton=True)
 case("affine", lambda x: x * 2.5 + 1, A, dtypes=HALF)
+case("nan_inputs", lambda x: (torch.sign(x.log()), torch.relu(x.log()), torch.clamp(x.log(), -1, 1), x.log().amax(-1)),
+     A, grad=False, triton=True)
 
 # -- pointwise: binary with broadcasting
 case("add_bcast", torch.add, A, B, dtypes=HALF, triton=True)

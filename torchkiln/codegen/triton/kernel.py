@@ -160,7 +160,7 @@ class KernelRenderer:
             raw = self.value(ind.value, ctx)
             size = texpr(ind.size)
             var = self.emit(ctx, f"tl.where({raw} < 0, {raw} + {size}, {raw})")
-            subs[ind.symbol] = sympy.Symbol(var, integer=True)
+            subs[ind.symbol] = sympy.Symbol(var, integer=True, nonnegative=True)  # after wrapping
         if subs:
             expr = sympy.sympify(expr).xreplace(subs)
         return f"({texpr(expr)}) + {ctx.zero}"
@@ -184,8 +184,8 @@ class KernelRenderer:
         if isinstance(v, ir.Masked):
             mask = self.value(v.mask, ctx)
             body = self.value(v.body, ctx.with_mask(mask))
-            other = _literal(v.other.value if isinstance(v.other, ir.Constant) else v.other, v.dtype)
-            return self.emit(ctx, f"tl.where({mask}, {body}, {other})")
+            other = v.other if isinstance(v.other, ir.Constant) else ir.Constant(v.other, v.dtype)
+            return self.emit(ctx, f"tl.where({mask}, {body}, {self.value(other, ctx)})")
         if isinstance(v, ir.Op):
             args = [self.value(a, ctx) for a in v.args]
             return self.emit(ctx, self.op(v, args))
@@ -195,14 +195,11 @@ class KernelRenderer:
         name, dt = v.name, v.dtype
         cdt = compute_dtype(dt)
         is_float = dt.is_floating_point
-        if name == "to_dtype":
-            src = v.args[0].dtype
+        if name == "to_dtype":  # float -> int truncates toward zero, as eager
             if dt == torch.bool:
                 return f"({a[0]} != 0)"
             if dt in (torch.float16, torch.bfloat16):
                 return f"{a[0]}.to({tl_dtype(dt)}).to(tl.float32)"
-            if src.is_floating_point and not dt.is_floating_point:
-                return f"{a[0]}.to({cdt})"
             return f"{a[0]}.to({cdt})"
         if name in _BINARY_INFIX:
             return f"({a[0]} {_BINARY_INFIX[name]} {a[1]})"
