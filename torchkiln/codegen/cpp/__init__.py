@@ -25,7 +25,7 @@ class CppGenerator(KernelGenerator):
         self._source = ""
 
     def compile_kernels(self, kernels: list) -> dict:
-        parts = [PRELUDE, vecmath.declarations()[0]] + [render_kernel(k) for k in kernels]
+        parts = ["#include <cmath>", vecmath.declarations()[0], PRELUDE] + [render_kernel(k) for k in kernels]
         self._source = "\n\n".join(parts) + "\n"
         if not kernels:
             return {}

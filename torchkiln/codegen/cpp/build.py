@@ -53,7 +53,8 @@ def _host_cpu() -> str:
 
 
 def flags() -> list[str]:
-    f = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-w"]
+    f = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-w",
+         "-fno-builtin-sin", "-fno-builtin-sinf", "-fno-builtin-cos", "-fno-builtin-cosf"]
     if config.cpp_march_native:
         f.append("-march=native")
     if vecmath.declarations()[1]:

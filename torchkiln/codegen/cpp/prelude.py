@@ -64,6 +64,10 @@ static inline int64_t kiln_ipow(int64_t a, int64_t b) {
   if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
   int64_t r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
 }
+static inline float kiln_sin(float a) { return sinf(a); }
+static inline double kiln_sin(double a) { return sin(a); }
+static inline float kiln_cos(float a) { return cosf(a); }
+static inline double kiln_cos(double a) { return cos(a); }
 template <typename T> static inline T kiln_sign(T a) {  // branch-free, so loops vectorize
   T s = a > T(0) ? T(1) : T(0); s = a < T(0) ? T(-1) : s; return a != a ? a : s;
 }

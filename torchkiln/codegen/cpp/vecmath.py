@@ -7,6 +7,11 @@ variants (``_ZGVdN8v_expf``...; at most 4 ulp, like ATen's Sleef ``u10`` kernels
 without changing any other floating-point semantics.  A function is declared only
 when libmvec on this host has its variants for every x86 ISA level (SSE..AVX-512), so
 the declarations never reference a missing symbol.
+
+``sin`` and ``cos`` are called as the C functions (``kiln_sin``/``kiln_cos`` in the
+prelude) and built with ``-fno-builtin-sin*``/``-fno-builtin-cos*``: as builtins, GCC
+merges ``sin(x)`` and ``cos(x)`` of one value into a scalar ``sincos`` call and gives
+up vectorizing the loop (every backward of ``sin`` has both).
 """
 from __future__ import annotations
 
@@ -36,7 +41,8 @@ def declarations() -> tuple[str, bool]:
         params = "float, float" if name in BINARY else "float"
         dparams = "double, double" if name in BINARY else "double"
         if all(hasattr(lib, f"_ZGV{isa}N{n}{arity}_{name}f") for isa, n in _ISA_FLOAT):
-            lines.append(f'#pragma omp declare simd notinbranch\nextern "C" float {name}f({params}) noexcept;')
+            lines.append(f'#pragma omp declare simd notinbranch\nextern "C" float {name}f({params}) noexcept CONST;')
         if all(hasattr(lib, f"_ZGV{isa}N{n}{arity}_{name}") for isa, n in _ISA_DOUBLE):
-            lines.append(f'#pragma omp declare simd notinbranch\nextern "C" double {name}({dparams}) noexcept;')
-    return "\n".join(lines), bool(lines)
+            lines.append(f'#pragma omp declare simd notinbranch\nextern "C" double {name}({dparams}) noexcept CONST;')
+    text = "\n".join(lines).replace("CONST", "__attribute__((const))")
+    return text, bool(lines)
