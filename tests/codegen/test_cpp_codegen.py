@@ -205,3 +205,18 @@ def test_copy_into_input_is_a_kernel_store():
 
 def test_graph_constants_become_wrapper_globals():
     compile_and_check(lambda a: (a + torch.tensor([1.0, 2.0, 3.0]),), torch.randn(2, 3))
+
+
+def test_dynamic_dimension_reuses_one_set_of_kernels():
+    import torchkiln
+    from torchkiln.testing import CompileCounterWithBackend
+
+    torchkiln.reset()
+    counter = CompileCounterWithBackend("inductor")
+    fn = torchkiln.compile(lambda x: torch.softmax(x * 2, -1).sum(0), backend=counter, dynamic=True)
+    metrics.reset()
+    for n in (5, 9, 17):
+        x = torch.randn(n, 12)
+        torch.testing.assert_close(fn(x), torch.softmax(x * 2, -1).sum(0))
+    assert counter.frame_count == 1
+    assert metrics.graphs_compiled == 1
