@@ -68,17 +68,22 @@ def make_fake_inputs(args: list, example_values: Optional[list] = None, dynamic:
     return mode, fakes
 
 
-def tracing_context(fake_mode):
+def tracing_context(fake_mode, joint: bool = False):
     """Where analysis and tracing run: the fake mode active (factory calls make fakes),
     the Python dispatcher on (symbolic sizes through decompositions), real tensors the
-    function closes over allowed (they become graph constants), oneDNN off."""
+    function closes over allowed (they become graph constants).
+
+    ``joint``: oneDNN off, so RNNs are traced through their generic ATen composite:
+    torch's LSTM decomposition picks the oneDNN kernel in inference mode (train=False,
+    no workspace) whenever the *input* needs no grad, even if the weights do, and that
+    graph cannot be differentiated.
+    """
     stack = contextlib.ExitStack()
     stack.enter_context(fake_mode)
     stack.enter_context(enable_python_dispatcher())
-    # RNNs traced through their generic ATen composite: the oneDNN RNN kernels return an
-    # undefined workspace tensor on CPU that a saved-tensor backward cannot take.
-    stack.callback(torch._C._set_mkldnn_enabled, torch._C._get_mkldnn_enabled())
-    torch._C._set_mkldnn_enabled(False)
+    if joint:
+        stack.callback(torch._C._set_mkldnn_enabled, torch._C._get_mkldnn_enabled())
+        torch._C._set_mkldnn_enabled(False)
     # Real tensors closed over by the function (constants) become graph constants.
     old = fake_mode.allow_non_fake_inputs
     fake_mode.allow_non_fake_inputs = True

@@ -93,7 +93,7 @@ def trace_joint(fn: Callable, meta: ViewAndMutationMeta, fake_args: list, fake_m
                 per_primal.append(next(it) if isinstance(a, torch.Tensor) and a.requires_grad else None)
         return [from_fun(o) for o in fw_outs] + [from_fun(g) for g in per_primal]
 
-    with torch.enable_grad(), tracing_context(fake_mode):
+    with torch.enable_grad(), tracing_context(fake_mode, joint=True):
         gm = make_fx(joint, decomposition_table=decompositions or {})(list(fake_args), tangents)
     return _cleanup(gm)
 
