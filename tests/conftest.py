@@ -1,7 +1,8 @@
 """Triton's interpreter is process-wide: TRITON_INTERPRET=1 must be set before triton is
-first imported.  Where there is no GPU, turn it on, so the ``triton`` device path of the
-codegen tests runs Triton kernels on CPU tensors; with a GPU, Triton kernels compile for
-real and that path is skipped."""
+first imported (``import torch._dynamo`` imports it, so this sits at the root, before any
+test module is collected).  Where there is no GPU, turn it on, so the ``triton`` device
+path of tests/codegen runs Triton kernels on CPU tensors; with a GPU, Triton kernels
+compile for real and that path is skipped."""
 import os
 
 import torch

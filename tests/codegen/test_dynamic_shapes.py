@@ -43,7 +43,6 @@ from __future__ import annotations
 import functools
 import math
 import operator
-import os
 import warnings
 
 import pytest
@@ -58,8 +57,10 @@ HAS_CUDA = torch.cuda.is_available()
 try:
     import triton  # noqa: F401
 
-    # Triton on CPU tensors runs under the interpreter (tests/codegen/conftest.py sets it)
-    HAS_TRITON = os.environ.get("TRITON_INTERPRET") == "1"
+    from torchkiln.codegen.triton.generator import interpreter_active
+
+    # Triton on CPU tensors runs under the interpreter (tests/conftest.py turns it on)
+    HAS_TRITON = interpreter_active()
 except ImportError:
     HAS_TRITON = False
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import warnings
 from typing import Callable
 
@@ -43,8 +42,10 @@ HAS_CUDA = torch.cuda.is_available()
 try:
     import triton  # noqa: F401
 
-    # Triton on CPU tensors runs under the interpreter (tests/codegen/conftest.py sets it)
-    HAS_TRITON = os.environ.get("TRITON_INTERPRET") == "1"
+    from torchkiln.codegen.triton.generator import interpreter_active
+
+    # Triton on CPU tensors runs under the interpreter (tests/conftest.py turns it on)
+    HAS_TRITON = interpreter_active()
 except ImportError:
     HAS_TRITON = False
 

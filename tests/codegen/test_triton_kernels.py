@@ -19,6 +19,7 @@ from torchkiln.codegen import ir
 
 triton = pytest.importorskip("triton")
 from torchkiln.codegen.triton import TritonGenerator, runtime  # noqa: E402
+from torchkiln.codegen.triton.generator import interpreter_active  # noqa: E402
 from torchkiln.codegen.triton.printer import texpr  # noqa: E402
 
 f32, f16, i64 = torch.float32, torch.float16, torch.int64
@@ -28,8 +29,7 @@ s0 = sympy.Symbol("s0", integer=True, positive=True)
 s1 = sympy.Symbol("s1", integer=True, positive=True)
 
 DEVICES = [
-    pytest.param("cpu", marks=pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                                 reason="needs TRITON_INTERPRET=1 (no GPU)")),
+    pytest.param("cpu", marks=pytest.mark.skipif(not interpreter_active(), reason="needs TRITON_INTERPRET=1 (no GPU)")),
     pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
 ]
 
@@ -67,6 +67,13 @@ def L(buf, index, dtype=f32, indirect=()):
 
 def Op(name, *args, dtype=f32):
     return ir.Op(name, tuple(args), dtype)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU, Triton compiles for real")
+def test_interpreter_is_on_without_gpu():
+    """tests/conftest.py turns the interpreter on before triton is imported; if something
+    imported triton first, the CPU Triton tests would silently skip."""
+    assert os.environ.get("TRITON_INTERPRET") == "1" and interpreter_active()
 
 
 def test_pointwise_broadcast_dynamic(device):
