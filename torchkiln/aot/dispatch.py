@@ -87,13 +87,12 @@ def create_aot_dispatcher(fn: Callable, fake_args: list, fake_mode, aot_config: 
 
 
 def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTConfig) -> Callable:
-    with tracing_context(fake_mode):
+    may_need_grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in fake_args)
+    with tracing_context(fake_mode, joint=may_need_grad):  # the same op choices as the trace that follows
         meta = run_analysis(fn, fake_args)
     if log.isEnabledFor(10):
         log.debug("====== view/mutation analysis %d ======\n%s", aot_config.aot_id, meta.describe())
-    needs_autograd = torch.is_grad_enabled() and meta.needs_autograd and any(
-        isinstance(a, torch.Tensor) and a.requires_grad for a in fake_args)
-    make = _autograd_runtime if needs_autograd else _inference_runtime
+    make = _autograd_runtime if may_need_grad and meta.needs_autograd else _inference_runtime
     runtime = make(fn, meta, fake_args, fake_mode, aot_config)
     runtime.meta = meta
     return runtime
