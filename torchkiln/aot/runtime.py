@@ -45,11 +45,13 @@ class _NoDoubleBackward(torch.autograd.Function):
 
 
 def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[[], Callable], meta: ViewAndMutationMeta,
-                           num_saved_tensors: int, num_saved_syms: int, num_fw_outs: int):
+                           num_saved_tensors: int, num_fw_outs: int):
     """The ``autograd.Function`` class for one compiled forward/backward pair.
 
     ``forward(ctx, *args)`` takes the graph inputs (tensors and SymInts) and returns the
-    forward outputs (mutated inputs' new values, user outputs, intermediate bases).
+    forward outputs (mutated inputs' new values, user outputs, intermediate bases); the
+    compiled forward returns those, then ``num_saved_tensors`` saved tensors, then the
+    saved SymInts.
     ``get_bw_fn()`` compiles the backward graph on first call.
     """
     diff_mask = meta.fw_output_differentiable()
