@@ -4,7 +4,8 @@ Layout of a rendered kernel (the IR semantics of docs/codegen.md, blocked):
 
 * the outer iteration space is flattened: each program handles ``XBLOCK`` consecutive
   points ``xindex`` (masked by ``xmask = xindex < xnumel``), and the per-dimension index
-  variables ``x0, x1...`` are recovered with ``ir.split_flat_index``;
+  variables ``x0, x1...`` are recovered with ``ir.split_flat_index`` (after merging the
+  dims every access walks contiguously, ``merge_dims.py``);
 * a pointwise kernel works on ``[XBLOCK]`` blocks; a reduction kernel on
   ``[XBLOCK, RBLOCK]`` tiles, with per-row values ``[XBLOCK, 1]``;
 * a reduction kernel is rendered twice: *persistent* (one ``RBLOCK >= rnumel`` tile
@@ -26,6 +27,7 @@ import sympy
 import torch
 
 from .. import ir
+from .merge_dims import index_expressions, merge
 from .printer import texpr
 
 _TL = {
@@ -134,6 +136,15 @@ class KernelRenderer:
         self.buffers = {b.name: b for b in kernel.buffers}
         self.counter = 0
         self.reduced: dict[str, str] = {}  # Reduce name -> variable
+        exprs = index_expressions(kernel)
+        self.xvars, self.xranges, xsubs = merge(kernel.index_vars, kernel.ranges, exprs, "x")
+        exprs = [e.xreplace(xsubs) for e in exprs]
+        self.rvars, self.rranges, rsubs = merge(kernel.reduction_vars, kernel.reduction_ranges, exprs, "r")
+        self.subs = {**xsubs, **rsubs}  # original index variables -> merged ones
+
+    def sub(self, expr) -> sympy.Expr:
+        """An index expression in the kernel's (merged) index variables."""
+        return sympy.sympify(expr).xreplace(self.subs)
 
     # ------------------------------------------------------------------ values
     def tmp(self) -> str:
@@ -161,8 +172,9 @@ class KernelRenderer:
             size = texpr(ind.size)
             var = self.emit(ctx, f"tl.where({raw} < 0, {raw} + {size}, {raw})")
             subs[ind.symbol] = sympy.Symbol(var, integer=True, nonnegative=True)  # after wrapping
+        expr = self.sub(expr)
         if subs:
-            expr = sympy.sympify(expr).xreplace(subs)
+            expr = expr.xreplace(subs)
         return f"({texpr(expr)}) + {ctx.zero}"
 
     def _value(self, v, ctx: _Context) -> str:
@@ -177,8 +189,8 @@ class KernelRenderer:
             return self.emit(ctx, f"tl.full([1], {_literal(v.value, v.dtype)}, {compute_dtype(v.dtype)})")
         if isinstance(v, ir.IndexValue):
             if v.dtype == torch.bool:
-                return self.emit(ctx, f"(tl.full([1], 0, tl.int64) + ({texpr(v.expr)})) != 0")
-            return self.emit(ctx, f"tl.full([1], 0, {compute_dtype(v.dtype)}) + ({texpr(v.expr)})")
+                return self.emit(ctx, f"(tl.full([1], 0, tl.int64) + ({texpr(self.sub(v.expr))})) != 0")
+            return self.emit(ctx, f"tl.full([1], 0, {compute_dtype(v.dtype)}) + ({texpr(self.sub(v.expr))})")
         if isinstance(v, ir.ReductionValue):
             return self.reduced[v.name]
         if isinstance(v, ir.Masked):
@@ -268,7 +280,7 @@ class KernelRenderer:
                                 f"{_identity(r.reduction_type, _value_dtype(r))})")
         index = None
         if r.reduction_type in ("argmax", "argmin"):
-            index = self.emit(ctx, f"(({texpr(r.index)}) + {ctx.zero}).to(tl.int64)")
+            index = self.emit(ctx, f"(({texpr(self.sub(r.index))}) + {ctx.zero}).to(tl.int64)")
         return masked, index
 
     def finish_reduce(self, r: ir.Reduce, tile: str, index: str | None, ctx: _Context) -> str:
@@ -332,13 +344,13 @@ class KernelRenderer:
                       "        xzero = tl.zeros([XBLOCK], tl.int64)",
                       "    xindex = xoffset + tl.arange(0, XBLOCK)"]
         lines.append("    xmask = xindex < xnumel")
-        for var, e in zip(self.k.index_vars, ir.split_flat_index(sympy.Symbol("xindex", integer=True, nonnegative=True), self.k.ranges)):
+        for var, e in zip(self.xvars, ir.split_flat_index(sympy.Symbol("xindex", integer=True, nonnegative=True), self.xranges)):
             lines.append(f"    {var} = {texpr(e)}")
         return lines
 
     def _rvars(self, indent: str) -> list[str]:
         flat = sympy.Symbol("rindex", integer=True, nonnegative=True)
-        return [f"{indent}{var} = {texpr(e)}" for var, e in zip(self.k.reduction_vars, ir.split_flat_index(flat, self.k.reduction_ranges))]
+        return [f"{indent}{var} = {texpr(e)}" for var, e in zip(self.rvars, ir.split_flat_index(flat, self.rranges))]
 
     def render_pointwise(self) -> str:
         lines = self._header(self.k.name, reduction=False)
