@@ -206,7 +206,8 @@ case("logical", lambda a, b: (a & b, a | b, ~a, torch.logical_xor(a, b)), T((4, 
 case("isnan_isinf", lambda x: (torch.isnan(x.log()), torch.isinf(1 / x)), A, grad=False, exact=True)
 
 # -- integer arithmetic
-case("int_ops", lambda a, b: (a + b, a * b, a - 3, torch.div(a, b + 1, rounding_mode="floor"), a % (b + 1)),
+case("int_ops", lambda a, b: (a + b, a * b, a - 3, torch.div(a - 5, 2 * b - 9, rounding_mode="floor"), (a - 5) % (2 * b - 9),
+                             torch.div(a - 5, 2 * b - 9, rounding_mode="trunc"), torch.fmod(a - 5, 2 * b - 9), a.abs() - b.neg()),
      T((4, 6), "int"), T((4, 6), "int"), grad=False, exact=True, triton=True)
 case("int_bitwise", lambda a, b: (a & b, a | b, a ^ b, a << 1, a >> 1), T((4, 6), "int"), T((4, 6), "int"), grad=False, exact=True)
 
