@@ -168,3 +168,19 @@ def test_dynamic_shapes_recompile_when_a_size_guard_fails():
         x = torch.randn(n)
         torch.testing.assert_close(g(x), f(x))
     assert len(rec.graphs) == 2  # one graph for each side of the branch
+
+
+def test_data_dependent_output_size():
+    def f(x):
+        return torch.masked_select(x, x > 0).sin().sum() * 2
+
+    g = aot_function(f, GraphRecorder(), dynamic=True)
+    for n in (10, 13):
+        x = torch.randn(n, requires_grad=True)
+        out = g(x)
+        out.backward()
+        x2 = x.detach().requires_grad_()
+        ref = f(x2)
+        ref.backward()
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(x.grad, x2.grad)

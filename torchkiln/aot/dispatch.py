@@ -4,6 +4,7 @@ on first use → runtime wrapper.  Also: duplicate-argument dedup and size guard
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from typing import Callable, Optional
@@ -88,7 +89,11 @@ def create_aot_dispatcher(fn: Callable, fake_args: list, fake_mode, aot_config: 
 
 def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTConfig) -> Callable:
     may_need_grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in fake_args)
-    with tracing_context(fake_mode, joint=may_need_grad):  # the same op choices as the trace that follows
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(tracing_context(fake_mode, joint=may_need_grad))  # the op choices of the trace
+        if fake_mode.shape_env is not None:
+            # Data-dependent sizes (nonzero, masked_select) get their symbols in the trace.
+            stack.enter_context(fake_mode.shape_env.ignore_fresh_unbacked_symbols())
         meta = run_analysis(fn, fake_args)
     if log.isEnabledFor(10):
         log.debug("====== view/mutation analysis %d ======\n%s", aot_config.aot_id, meta.describe())
