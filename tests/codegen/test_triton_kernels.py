@@ -39,11 +39,40 @@ def device(request):
     return request.param
 
 
-@pytest.fixture(params=["persistent", "looped"])
+@pytest.fixture(params=["persistent", "looped", "gpu_configs"])
 def reduction_mode(request, monkeypatch):
+    """Reductions rendered persistent, looped, or launched with the block sizes chosen for
+    GPUs (including the wide-x tiles of outer reductions) even under the interpreter."""
     if request.param == "looped":
         monkeypatch.setattr(runtime, "PERSISTENT_RNUMEL", 0)
+    if request.param == "gpu_configs":
+        reduction_config, pointwise_config = runtime.reduction_config, runtime.pointwise_config
+        monkeypatch.setattr(runtime, "reduction_config", lambda x, r, interpret, outer=False: reduction_config(x, r, False, outer))
+        monkeypatch.setattr(runtime, "pointwise_config", lambda x, interpret: pointwise_config(x, False))
     return request.param
+
+
+@pytest.mark.parametrize("outer", [False, True])
+def test_reduction_configs_cover_the_row(outer):
+    for interpret in (False, True):
+        for x in (1, 3, 64, 1000, 100000):
+            for r in (0, 1, 7, 64, 65, 1024, 1025, 5000):
+                persistent, xb, rb, warps = runtime.reduction_config(x, r, interpret, outer)
+                assert xb & (xb - 1) == 0 and rb & (rb - 1) == 0 and xb * rb <= 16384
+                assert not persistent or rb >= r
+
+
+def test_outer_reduction(device, reduction_mode):
+    # out[x0] = sum over r0 of a[r0, x0]: contiguous in x, strided in r (a bias gradient)
+    launch, gen = build(device, kernel("k", [s1], [s0], [ir.Loop(True, [ir.Reduce("t", "sum", L("a", s1 * r0 + x0), f32)]),
+                                                         ir.Loop(False, [ir.Store("out", x0, ir.ReductionValue("t", f32))])],
+                                       [("a", f32, False), ("out", f32, True)], [s0, s1]))
+    assert "INTERPRET, True)" in gen.source()  # detected as an outer reduction
+    for n, m in ((300, 70), (5, 3)):
+        a = torch.randn(n, m, device=device)
+        out = torch.empty(m, device=device)
+        launch(a, out, n, m)
+        torch.testing.assert_close(out, a.sum(0), atol=1e-4, rtol=1e-4)
 
 
 def build(device, kernel_args, **kw):

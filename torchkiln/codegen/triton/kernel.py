@@ -136,11 +136,22 @@ class KernelRenderer:
         self.buffers = {b.name: b for b in kernel.buffers}
         self.counter = 0
         self.reduced: dict[str, str] = {}  # Reduce name -> variable
-        exprs = index_expressions(kernel)
+        exprs = index_expressions(kernel.loops)
         self.xvars, self.xranges, xsubs = merge(kernel.index_vars, kernel.ranges, exprs, "x")
         exprs = [e.xreplace(xsubs) for e in exprs]
         self.rvars, self.rranges, rsubs = merge(kernel.reduction_vars, kernel.reduction_ranges, exprs, "r")
         self.subs = {**xsubs, **rsubs}  # original index variables -> merged ones
+
+    def outer_reduction(self) -> bool:
+        """Whether some load of a reduction loop is contiguous in ``x`` but strided in ``r``."""
+        if not self.rvars or not self.xvars:
+            return False
+        x_in, r_in = self.xvars[-1], self.rvars[-1]
+        for e in index_expressions([loop for loop in self.k.loops if loop.reduction]):
+            e = sympy.expand(self.sub(e))
+            if e.coeff(x_in) == 1 and r_in in e.free_symbols and e.coeff(r_in) != 1:
+                return True
+        return False
 
     def sub(self, expr) -> sympy.Expr:
         """An index expression in the kernel's (merged) index variables."""
@@ -437,7 +448,7 @@ class KernelRenderer:
             lines += [f"    rnumel = {pexpr(k.reduction_numel)}",
                       "    if xnumel <= 0:", "        return",
                       f"    idx64 = _rt.needs_int64(xnumel * max(rnumel, 1), {', '.join(names)})",
-                      "    persistent, XBLOCK, RBLOCK, warps = _rt.reduction_config(xnumel, rnumel, INTERPRET)",
+                      f"    persistent, XBLOCK, RBLOCK, warps = _rt.reduction_config(xnumel, rnumel, INTERPRET, {self.outer_reduction()})",
                       "    grid = ((xnumel + XBLOCK - 1) // XBLOCK,)",
                       "    if persistent:",
                       f"        {k.name}_persistent[grid]({args}, xnumel, rnumel, XBLOCK=XBLOCK, RBLOCK=RBLOCK, IDX64=idx64, num_warps=warps)",

@@ -15,8 +15,8 @@ import sympy
 from .. import ir
 
 
-def index_expressions(kernel: ir.FusedKernel) -> list:
-    """Every sympy expression of ``kernel`` that may mention index variables."""
+def index_expressions(loops: list) -> list:
+    """Every sympy expression in ``loops`` (of a fused kernel) that may mention index variables."""
     out: list = []
     seen: set = set()
 
@@ -37,7 +37,7 @@ def index_expressions(kernel: ir.FusedKernel) -> list:
             value(v.mask)
             value(v.body)
 
-    for loop in kernel.loops:
+    for loop in loops:
         for s in loop.body:
             if isinstance(s, ir.Store):
                 out.append(s.index)

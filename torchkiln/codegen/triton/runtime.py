@@ -23,9 +23,17 @@ def pointwise_config(xnumel: int, interpret: bool) -> tuple[int, int]:
     return xblock, max(1, min(4, xblock // 128))
 
 
-def reduction_config(xnumel: int, rnumel: int, interpret: bool) -> tuple[bool, int, int, int]:
-    """``(persistent, XBLOCK, RBLOCK, num_warps)`` for a reduction of ``xnumel`` rows of ``rnumel``."""
+def reduction_config(xnumel: int, rnumel: int, interpret: bool, outer: bool = False) -> tuple[bool, int, int, int]:
+    """``(persistent, XBLOCK, RBLOCK, num_warps)`` for a reduction of ``xnumel`` rows of ``rnumel``.
+
+    ``outer``: memory is contiguous along the kept dims, not the reduced one (a sum over
+    rows, as in bias gradients); tiles are then wide in ``x`` so that loads coalesce.
+    """
     tile = 16384 if interpret else 4096
+    if outer and not interpret:
+        rblock = min(next_power_of_2(max(rnumel, 1)), 64)
+        xblock = max(1, min(next_power_of_2(xnumel), tile // rblock, 64))
+        return rnumel <= rblock, xblock, rblock, 4 if xblock * rblock <= 2048 else 8
     if rnumel <= PERSISTENT_RNUMEL:
         rblock = next_power_of_2(max(rnumel, 1))
         persistent = True
