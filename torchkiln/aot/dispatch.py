@@ -4,6 +4,7 @@ on first use → runtime wrapper.  Also: duplicate-argument dedup and size guard
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import itertools
@@ -57,13 +58,11 @@ def _placeholder_vals(gm):
 
 def _mutated_input_aliases_another(args: list, mutated: list) -> bool:
     """Whether a mutated input shares storage with another input (``f(x, x[0])``): the
-    graph treats inputs as independent, so such a call runs eagerly instead."""
-    tensors = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-    for i in mutated:
-        ptr = args[i].untyped_storage().data_ptr()
-        if any(j != i and a.untyped_storage().data_ptr() == ptr for j, a in tensors):
-            return True
-    return False
+    graph treats inputs as independent, so such a call runs eagerly instead.  One pass
+    over the inputs (models with many BatchNorm buffers have many mutated inputs)."""
+    ptrs = [a.untyped_storage().data_ptr() if isinstance(a, torch.Tensor) else 0 for a in args]
+    counts = collections.Counter(p for p in ptrs if p)
+    return any(counts[ptrs[i]] > 1 for i in mutated if ptrs[i])
 
 
 def create_aot_dispatcher(fn: Callable, fake_args: list, fake_mode, aot_config: AOTConfig) -> Callable:
