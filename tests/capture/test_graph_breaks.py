@@ -1,4 +1,6 @@
 """Graph breaks: reasons, resume correctness, breaks inside inlined callees, frame counts."""
+import inspect
+
 import pytest
 import torch
 
@@ -195,15 +197,48 @@ def test_break_inside_autocast_block():
     check(f, randn(4, 4), fullgraph=False)
 
 
-def test_break_inside_user_try_block_runs_frame_eagerly():
-    def f(x):
+def test_break_inside_user_try_block_runs_the_rest_natively():
+    def f(x, fail):
+        y = x.sin()
         try:
-            y = x + 1
+            y = y + 1
             print("in try")
+            if fail:
+                raise RuntimeError("caught by the frame's own handler")
         except RuntimeError:
-            y = x
+            y = y * 0
         return y * 2
 
-    cnt = check(f, randn(2), fullgraph=False)
-    assert cnt.frame_count == 0
-    assert "graph break inside a try block" in counters["graph_break"]
+    check(f, randn(2), False, fullgraph=False, frames=1)  # the graph before the try; the rest natively
+    check(f, randn(2), True, fullgraph=False, frames=1)
+
+
+def _apply(fn, *tensors):
+    n = len(inspect.signature(fn).parameters)  # a cellvar argument, then a break
+
+    def call():
+        return fn(*tensors)
+
+    return call() * n
+
+
+def test_cells_passed_to_resume_are_read_per_call():
+    class Layer(torch.nn.Module):
+        def __init__(self, k):
+            super().__init__()
+            self.k = torch.nn.Parameter(torch.full((2,), float(k)))
+
+        def ff(self, x):
+            return x * self.k
+
+        def forward(self, x):
+            return _apply(self.ff, x + 1)
+
+    layers = torch.nn.ModuleList([Layer(2), Layer(3)])
+
+    def f(x):
+        for layer in layers:
+            x = layer(x)
+        return x
+
+    check(f, torch.ones(2), fullgraph=False)

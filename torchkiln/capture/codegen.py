@@ -151,7 +151,7 @@ def wrap_callee(fn, compile_wrapper):
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType) and _wants_frame(fn.__func__):
         return types.MethodType(compile_wrapper(fn.__func__), fn.__self__)
     nn_mod = torch.nn.modules.module
-    if isinstance(fn, torch.nn.Module) and not (fn._forward_hooks or fn._forward_pre_hooks or fn._backward_hooks
+    if isinstance(fn, torch.nn.Module) and type(fn).__call__ is torch.nn.Module.__call__ and not (fn._forward_hooks or fn._forward_pre_hooks or fn._backward_hooks
                                                 or fn._backward_pre_hooks) and not (
             nn_mod._global_forward_hooks or nn_mod._global_forward_pre_hooks or nn_mod._global_backward_hooks):
         forward = fn.forward
@@ -165,4 +165,7 @@ def _wants_frame(fn) -> bool:
     module = fn.__module__ or ""
     if getattr(fn, "_torchkiln_disable", False) or getattr(fn, "_torchkiln_graph_break", False):
         return False
-    return not module.startswith(("torch.", "torchkiln", "logging", "warnings")) and module != "torch"
+    from .symbolic_convert import SKIP_MODULES
+
+    return not module.startswith(("torch.", "torchkiln")) and module != "torch" and \
+        module.split(".")[0] not in SKIP_MODULES

@@ -48,10 +48,12 @@ class SideEffects:
         entry = self.global_values.get((id(gdict), name))
         return None if entry is None else entry[1]
 
-    def store_cell(self, cell, value_vt) -> None:
+    def store_cell(self, cell_vt, value_vt) -> None:
+        """A write to a pre-existing closure cell (``cell_vt`` rebuilds the cell object)."""
+        cell = cell_vt.cell
         if id(cell) not in self.cell_values:
             self.ops.append(("cell", cell))
-        self.cell_values[id(cell)] = (cell, value_vt)
+        self.cell_values[id(cell)] = (cell_vt, value_vt)
 
     def load_cell(self, cell):
         entry = self.cell_values.get(id(cell))
@@ -69,8 +71,8 @@ class SideEffects:
                 gdict, _, name = op[1], op[2], op[3]
                 steps.append(("global", gdict, name, cg.recipe(self.global_values[(id(gdict), name)][1])))
             elif kind == "cell":
-                cell = op[1]
-                steps.append(("cell", cell, None, cg.recipe(self.cell_values[id(cell)][1])))
+                cell_vt, value_vt = self.cell_values[id(op[1])]
+                steps.append(("cell", cg.recipe(cell_vt), None, cg.recipe(value_vt)))
             else:
                 vt = op[1]
                 steps.append(("mutate", cg.from_source(vt.source), type(vt).__name__, cg.contents_recipe(vt)))
@@ -78,7 +80,7 @@ class SideEffects:
             return None
 
         def apply(rt):
-            values = [(kind, a(rt) if kind in ("attr", "mutate") else a, b, v(rt)) for kind, a, b, v in steps]
+            values = [(kind, a(rt) if kind != "global" else a, b, v(rt)) for kind, a, b, v in steps]
             for kind, target, name, value in values:
                 if kind == "attr":
                     setattr(target, name, value)

@@ -61,6 +61,13 @@ _DUNDER = {operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__mu
            operator.truediv: "__truediv__", operator.eq: "__eq__", operator.ne: "__ne__"}
 
 
+# Standard-library modules whose functions run natively (a graph break), as TorchDynamo's
+# skipfiles do: tracing them is slow and they touch interpreter state.
+SKIP_MODULES = {"logging", "warnings", "inspect", "typing", "abc", "importlib", "threading", "weakref", "copy",
+                "traceback", "linecache", "tokenize", "ast", "dis", "contextvars", "os", "sys", "re", "json",
+                "pickle", "io", "unittest", "pdb", "tempfile", "pathlib", "socket", "subprocess"}
+
+
 class _Return(Exception):
     def __init__(self, value):
         self.value = value
@@ -336,15 +343,16 @@ class InstructionTranslatorBase:
         if isinstance(fn_vt, UserFunctionVariable):
             fn = fn_vt.fn
             src = fn_vt.source
-            if (fn.__module__ or "").startswith(("logging", "warnings")):
-                unsupported(f"call to {fn.__module__}.{fn.__qualname__} (logging/warnings)")
+            if (fn.__module__ or "").split(".")[0] in SKIP_MODULES:
+                unsupported(f"call to skipped function {fn.__module__}.{fn.__qualname__}")
             defaults = [wrap(self, d, item_source(attr_source(src, "__defaults__"), i)) if src else
                         wrap_constant_like(self, d) for i, d in enumerate(fn.__defaults__ or ())]
             kwdefaults = {k: wrap(self, v, item_source(attr_source(src, "__kwdefaults__"), k)) if src else
                           wrap_constant_like(self, v) for k, v in (fn.__kwdefaults__ or {}).items()}
             cells = {}
             for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
-                cells[name] = RealCell(cell, f"{src}.__closure__[{i}].cell_contents" if src else None)
+                cells[name] = RealCell(cell, f"{src}.__closure__[{i}].cell_contents" if src else None,
+                                       f"{src}.__closure__[{i}]" if src else None)
             f_globals = fn.__globals__
             name = fn.__qualname__
         else:
@@ -845,11 +853,13 @@ class InstructionTranslatorBase:
 
 
 class RealCell(VariableTracker):
-    """A closure cell of a pre-existing function (read through its source)."""
+    """A closure cell of a pre-existing function: ``source`` names its contents,
+    ``cell_source`` the cell object itself (None: the captured function's own closure)."""
 
-    def __init__(self, cell, source):
+    def __init__(self, cell, source, cell_source=None):
         self.cell = cell
         self.source = source
+        self.cell_source = cell_source
 
     def load(self, tx):
         pending = tx.output.side_effects.load_cell(self.cell)
@@ -862,9 +872,11 @@ class RealCell(VariableTracker):
         return wrap(tx, value, self.source)
 
     def store(self, tx, value):
-        tx.output.side_effects.store_cell(self.cell, value)
+        tx.output.side_effects.store_cell(self, value)
 
     def reconstruct(self, cg):
+        if self.cell_source is not None:
+            return cg.from_source(self.cell_source)
         cell = self.cell
         return lambda rt: cell
 
@@ -933,7 +945,7 @@ class InstructionTranslator(InstructionTranslatorBase):
                 cells[name] = RealCell(fn.__closure__[idx], local_source(name))
             elif name in code.co_cellvars and name not in made_cells and isinstance(value, types.CellType):
                 # a resume function receives the frame's cells themselves
-                cells[name] = RealCell(value, f"{local_source(name)}.cell_contents")
+                cells[name] = RealCell(value, f"{local_source(name)}.cell_contents", local_source(name))
             else:
                 symbolic_locals[name] = LazyLocal(value, local_source(name))
         super().__init__(code, fn.__globals__, symbolic_locals, output, self, cells)
@@ -1032,11 +1044,11 @@ class InstructionTranslator(InstructionTranslatorBase):
         reason = self.break_points[ip]
         inst = self.instructions[ip]
         region = self.regions[ip]
-        if region is not None and not self._is_context_region(region):
-            unsupported("graph break inside a try block")
         if self.code.co_flags & 0x20:
             unsupported("graph break in a generator")
         name = inst.name
+        if name not in _BREAKABLE or (region is not None and not self._is_context_region(region)):
+            return self.finish_native_tail(ip, reason)
         if name == "CALL":
             fn_vt, arg_vts, kw_vts = self.pop_call(inst.arg)
         elif name == "CALL_FUNCTION_EX":
@@ -1053,16 +1065,9 @@ class InstructionTranslator(InstructionTranslatorBase):
         stack_vts = list(self.stack)
         stack_nulls = [isinstance(v, NullVariable) for v in stack_vts]
         stack_recipes = [cg.recipe(v) for v in stack_vts if not isinstance(v, NullVariable)]
-        local_names = [n for n in self.symbolic_locals if not isinstance(self.symbolic_locals[n], NullVariable)
-                       and not n.startswith("___stack")]  # a resume prologue's temporaries are dead
         # Cell variables travel as the cells themselves (the resume code skips MAKE_CELL
         # for them), so closures made before the break keep sharing them.
-        cell_names = [c for c in self.cells if c in self.code.co_cellvars]
-        for cname in cell_names:
-            local_names = [n for n in local_names if n != cname]
-        local_recipes = [cg.recipe(self.symbolic_locals[n]) for n in local_names]
-        local_names += cell_names
-        local_recipes += [cg.recipe(self.cells[c]) for c in cell_names]
+        local_names, local_recipes, cell_names = self._live_locals(cg)
         wrapper = self.compile_wrapper
         fn = self.fn
         lineno = self.lineno
@@ -1105,6 +1110,58 @@ class InstructionTranslator(InstructionTranslatorBase):
         run = breaking_code(compiled, cg.inputs_getter(), side, stack_recipes, local_recipes, step)
         return self._entry(run, gm, [reason])
 
+    def _live_locals(self, cg):
+        """Names and recipes of the locals a resume function takes (cells as cells)."""
+        local_names = [n for n in self.symbolic_locals if not isinstance(self.symbolic_locals[n], NullVariable)
+                       and not n.startswith("___stack")]  # a resume prologue's temporaries are dead
+        cell_names = [c for c in self.cells if c in self.code.co_cellvars]
+        local_names = [n for n in local_names if n not in cell_names]
+        recipes = [cg.recipe(self.symbolic_locals[n]) for n in local_names]
+        recipes += [cg.recipe(self.cells[c]) for c in cell_names]
+        return local_names + cell_names, recipes, cell_names
+
+    def finish_native_tail(self, ip, reason):
+        """Graph so far, then the rest of the frame runs natively from the breaking
+        instruction (used inside try blocks, whose handlers must see exceptions, and for
+        instructions that are not a call or a jump).  A breaking call's callee still goes
+        through ``compile_wrapper``."""
+        from .codegen import RuntimeCodegen, breaking_code, wrap_callee
+        from .resume import resume_function
+
+        start = ip
+        while start > 0 and self.instructions[start - 1].name in ("PRECALL", "KW_NAMES"):
+            start -= 1  # KW_NAMES sets state CALL reads; resume before it
+        inst = self.instructions[ip]
+        callee_slot = None
+        if inst.name == "CALL":
+            callee_slot = len(self.stack) - inst.arg - 2  # the method, or NULL below the callable
+            if isinstance(self.stack[callee_slot], NullVariable):
+                callee_slot += 1
+        elif inst.name == "CALL_FUNCTION_EX":
+            callee_slot = len(self.stack) - (3 if inst.arg & 1 else 2)
+        self._leave_grad_mode()
+        cg = RuntimeCodegen(self)
+        stack_vts = list(self.stack)
+        stack_nulls = [isinstance(v, NullVariable) for v in stack_vts]
+        stack_recipes = []
+        for i, v in enumerate(stack_vts):
+            if isinstance(v, NullVariable):
+                continue
+            r = cg.recipe(v)
+            if i == callee_slot:
+                wrapper = self.compile_wrapper
+                r = (lambda inner: lambda rt: wrap_callee(inner(rt), wrapper))(r)
+            stack_recipes.append(r)
+        local_names, local_recipes, cell_names = self._live_locals(cg)
+        resume = resume_function(self.fn, self.positions[start], stack_nulls, local_names, self.lineno, cell_names)
+
+        def step(rt, values):
+            return values, resume  # runs natively: not through compile_wrapper
+        side = self.output.side_effects.replay_recipe(cg)
+        compiled, gm = self.output.compile(self.backend, cg.outputs)
+        run = breaking_code(compiled, cg.inputs_getter(), side, stack_recipes, local_recipes, step)
+        return self._entry(run, gm, [reason])
+
     def _is_context_region(self, region):
         target = self.labels.get(region.target)
         if target is None:
@@ -1131,8 +1188,7 @@ def capture_frame(fn, f_locals, *, backend, fullgraph, dynamic, compile_wrapper)
             entry = tx.run()
         except RestartAt as r:
             reason = BreakReason(r.reason, r.user_stack)
-            inst = tx.instructions[r.ip]
-            if r.ip in break_points or inst.name not in _BREAKABLE:
+            if r.ip in break_points:
                 counters["graph_break"][r.reason] += 1
                 log.debug("Graph break (skipping frame %s): %s", fn.__qualname__, reason)
                 return CacheEntry(guard=Guard.always(), fn=fn, run=lambda L: _call_with_locals(fn, L),

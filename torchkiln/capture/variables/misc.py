@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import types
 
+import torch
+
 from .base import VariableTracker, unsupported
 from .user_defined import bind_class_attr
 
@@ -24,6 +26,8 @@ class SuperVariable(VariableTracker):
         for base in mro[start:]:
             if name in base.__dict__:
                 attr = base.__dict__[name]
+                if attr is torch.nn.Module.__call__ and not obj_is_class:
+                    return ModuleCallVariable(self.obj_vt)
                 if obj_is_class:
                     if isinstance(attr, classmethod):
                         from .functions import BoundMethodVariable, UserFunctionVariable
@@ -59,3 +63,13 @@ class NativeCallVariable(VariableTracker):
             unsupported("builtin method with non-constant arguments")
         return wrap_constant_like(tx, self.fn(*[a.as_python_constant() for a in args],
                                               **{k: v.as_python_constant() for k, v in kwargs.items()}))
+
+
+class ModuleCallVariable(VariableTracker):
+    """``super().__call__`` reaching ``torch.nn.Module.__call__`` (hooks + forward)."""
+
+    def __init__(self, module_vt):
+        self.module_vt = module_vt
+
+    def call_function(self, tx, args, kwargs):
+        return self.module_vt.call_module(tx, args, kwargs)

@@ -97,6 +97,15 @@ class NNModuleVariable(VariableTracker):
 
     # -- calling --------------------------------------------------------------------------
     def call_function(self, tx, args, kwargs):
+        call = mro_lookup(type(self.value), "__call__")
+        if call is not torch.nn.Module.__call__ and isinstance(call, types.FunctionType):
+            from .functions import UserFunctionVariable
+
+            return UserFunctionVariable(call).call_function(tx, [self, *args], kwargs)
+        return self.call_module(tx, args, kwargs)
+
+    def call_module(self, tx, args, kwargs):
+        """``Module.__call__`` itself: hooks around ``forward``."""
         from .builder import wrap
         from .containers import DictVariable, TupleVariable
 
