@@ -443,3 +443,45 @@ def test_compile_of_decorated_method_and_of_disabled_function(fake_capture):
 
     disabled = torchkiln.disable(add_mul)
     assert torchkiln.compile(disabled, backend=cnt) is disabled
+
+
+def _sig_zoo():
+    k = 7
+
+    def plain(a, b):
+        return a, b
+
+    def defaults(a, b=2, c=3):
+        return a, b, c
+
+    def kwonly(a, *, b, c=3):
+        return a, b, c
+
+    def star(a, *rest, b=1, **extra):
+        return a, rest, b, extra
+
+    def posonly(a, b=2, /, c=3, **kw):
+        return a, b, c, kw
+
+    def closure(a, b=1):
+        return a + b + k
+
+    return [plain, defaults, kwonly, star, posonly, closure]
+
+
+_CALLS = [((1, 2), {}), ((1,), {}), ((1,), {"b": 5}), ((), {"a": 1, "b": 2}), ((1, 2, 3), {}),
+          ((1, 2, 3, 4), {"z": 9}), ((1,), {"c": 4}), ((1,), {"a": 1}), ((1, 2), {"b": 3}),
+          ((1,), {"b": 2, "c": 3, "d": 4}), ((), {}), ((1, 2), {"a": 0, "q": 1})]
+
+
+@pytest.mark.parametrize("fn", _sig_zoo(), ids=lambda f: f.__name__)
+def test_fast_binder_matches_bind_locals(fn):
+    binder = eval_frame._make_binder(fn)
+    for args, kwargs in _CALLS:
+        try:
+            expected = bind_locals(fn, args, dict(kwargs))
+        except TypeError:
+            with pytest.raises(TypeError):
+                binder(args, dict(kwargs))
+            continue
+        assert binder(args, dict(kwargs)) == expected, (fn.__name__, args, kwargs)

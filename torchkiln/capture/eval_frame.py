@@ -212,17 +212,63 @@ def _rebuild_context(backend, fullgraph, dynamic, mode, options, guard_fail_fn) 
 
 
 def _make_binder(fn: types.FunctionType) -> Callable[[tuple, dict], dict]:
-    """A fast ``bind_locals`` for the common call (all positional, exact count)."""
+    """``bind_locals`` for ``fn`` without ``inspect.signature`` per call.
+
+    Handles positional, keyword, default, keyword-only, ``*args``/``**kwargs`` and
+    closure variables; any call it does not bind cleanly (a missing or duplicate
+    argument, an unknown keyword) goes to ``bind_locals``, which raises the same
+    ``TypeError`` as calling ``fn``.
+    """
     code = fn.__code__
-    n = code.co_argcount
-    names = code.co_varnames[:n]
-    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or code.co_kwonlyargcount or fn.__closure__:
-        return functools.partial(bind_locals, fn)
+    argc, kwc, flags = code.co_argcount, code.co_kwonlyargcount, code.co_flags
+    names = code.co_varnames[:argc]
+    kwnames = code.co_varnames[argc:argc + kwc]
+    varargs = code.co_varnames[argc + kwc] if flags & inspect.CO_VARARGS else None
+    varkw = code.co_varnames[argc + kwc + bool(varargs)] if flags & inspect.CO_VARKEYWORDS else None
+    params = set(names) | set(kwnames)
+    by_keyword = set(names[code.co_posonlyargcount:]) | set(kwnames)
+    freevars = tuple(zip(code.co_freevars, fn.__closure__ or ()))
+    simple = not (kwc or varargs or varkw or freevars)
 
     def binder(args, kwargs):
-        if not kwargs and len(args) == n:
+        n = len(args)
+        if simple and n == argc and not kwargs:
             return dict(zip(names, args))
-        return bind_locals(fn, args, kwargs)
+        if n > argc and varargs is None:
+            return bind_locals(fn, args, kwargs)
+        f_locals = dict(zip(names, args))
+        extra = {}
+        for key, value in kwargs.items():
+            if key in by_keyword and key not in f_locals:
+                f_locals[key] = value
+            elif varkw is not None and key not in by_keyword and (key not in params or key in names[:n]):
+                extra[key] = value
+            else:
+                return bind_locals(fn, args, kwargs)
+        if len(f_locals) < argc + kwc:
+            defaults = fn.__defaults__ or ()
+            first_default = argc - len(defaults)
+            for i in range(n, argc):
+                if names[i] not in f_locals:
+                    if i < first_default:
+                        return bind_locals(fn, args, kwargs)
+                    f_locals[names[i]] = defaults[i - first_default]
+            kwdefaults = fn.__kwdefaults__ or {}
+            for name in kwnames:
+                if name not in f_locals:
+                    if name not in kwdefaults:
+                        return bind_locals(fn, args, kwargs)
+                    f_locals[name] = kwdefaults[name]
+        if varargs is not None:
+            f_locals[varargs] = args[argc:]
+        if varkw is not None:
+            f_locals[varkw] = extra
+        for name, cell in freevars:
+            try:
+                f_locals[name] = cell.cell_contents
+            except ValueError:  # an empty cell
+                pass
+        return f_locals
 
     return binder
 
