@@ -6,7 +6,7 @@ Public names (re-exported by ``torchkiln``): :func:`compile`, :class:`optimize`,
 """
 from __future__ import annotations
 
-from ..shapes import mark_dynamic, mark_static, maybe_mark_dynamic
+from ..shapes import mark_dynamic, mark_static
 from .api import allow_in_graph, disable, graph_break
 from .eval_frame import compile, optimize, register_reset_hook, reset
 from .explain import ExplainOutput, explain
@@ -14,5 +14,5 @@ from .optimized_module import OptimizedModule
 
 __all__ = [
     "compile", "optimize", "reset", "disable", "graph_break", "allow_in_graph", "explain", "ExplainOutput",
-    "mark_dynamic", "mark_static", "maybe_mark_dynamic", "OptimizedModule", "register_reset_hook",
+    "mark_dynamic", "mark_static", "OptimizedModule", "register_reset_hook",
 ]

@@ -6,13 +6,13 @@
 interpreter can import it to recognise these functions by identity:
 
 - ``graph_break`` (it carries ``_torchkiln_graph_break = True``) breaks the graph;
-- ``is_allowed_in_graph(fn)`` (and ``fn._torchkiln_allow_in_graph`` where ``fn`` takes
-  attributes): ``fn`` goes into the graph as one ``call_function`` node;
+- a function with ``_torchkiln_allow_in_graph = True`` goes into the graph as one
+  ``call_function`` node;
 - a function returned by ``disable`` carries ``_torchkiln_disable = True`` and its
   original in ``_torchkiln_orig_callable``; capture graph-breaks on a call to it.
 
-While a disabled function runs, :func:`is_disabled_region` is True (a thread-local
-flag), and compiled wrappers called inside it run their original code.
+While a disabled function runs, a thread-local flag is set, and compiled wrappers
+called inside it run their original code.
 """
 from __future__ import annotations
 
@@ -22,12 +22,6 @@ from typing import Callable
 
 _tls = threading.local()
 _tls.disabled = False
-_allowed_in_graph: set = set()
-
-
-def is_disabled_region() -> bool:
-    """True while a ``disable``d function (with ``recursive=True``) is running."""
-    return getattr(_tls, "disabled", False)
 
 
 def set_disabled_region(value: bool) -> bool:
@@ -51,27 +45,19 @@ def allow_in_graph(fn: Callable) -> Callable:
     """Put calls to ``fn`` in the graph as a single node instead of tracing into it.
 
     Mirrors ``torch._dynamo.allow_in_graph``: ``fn`` must take and return tensors (or
-    containers of them) and is called on fake tensors while capturing.  Returns ``fn``.
-    Raises ``TypeError`` when ``fn`` is not callable.
+    containers of them) and is called on fake tensors while capturing.  Returns ``fn``
+    (marked with ``_torchkiln_allow_in_graph``).  Raises ``TypeError`` when ``fn`` is not
+    callable or takes no attributes (a C function: capture already records those).
     """
     if isinstance(fn, (list, tuple)):
         return [allow_in_graph(f) for f in fn]
     if not callable(fn):
         raise TypeError(f"allow_in_graph expects a callable, got {type(fn).__name__}")
-    _allowed_in_graph.add(fn)
     try:
         fn._torchkiln_allow_in_graph = True
-    except (AttributeError, TypeError):  # builtins take no attributes; the set still has them
-        pass
+    except (AttributeError, TypeError) as e:
+        raise TypeError(f"allow_in_graph cannot mark {fn!r}: {e}") from e
     return fn
-
-
-def is_allowed_in_graph(fn) -> bool:
-    """Whether ``fn`` was registered with :func:`allow_in_graph`."""
-    try:
-        return fn in _allowed_in_graph
-    except TypeError:  # unhashable
-        return False
 
 
 def disable(fn=None, recursive: bool = True):

@@ -1,6 +1,6 @@
 """The dynamic-shapes policy: which tensor dims capture makes symbolic.
 
-``mark_dynamic`` / ``mark_static`` / ``maybe_mark_dynamic`` annotate a tensor
+``mark_dynamic`` / ``mark_static`` annotate a tensor
 (:mod:`.marks`); :class:`~.automatic.FrameShapeState` implements automatic dynamic
 (after a recompile caused by sizes, the dims that changed become symbolic), as
 ``torch._dynamo`` does by default.  Symbolic sizes themselves live in capture's
@@ -9,6 +9,6 @@
 from __future__ import annotations
 
 from .automatic import FrameShapeState
-from .marks import mark_dynamic, mark_static, maybe_mark_dynamic
+from .marks import mark_dynamic, mark_static
 
-__all__ = ["FrameShapeState", "mark_dynamic", "mark_static", "maybe_mark_dynamic"]
+__all__ = ["FrameShapeState", "mark_dynamic", "mark_static"]

@@ -1,4 +1,4 @@
-"""Per-tensor dynamic/static marks (mirrors ``torch._dynamo.mark_dynamic`` & co.).
+"""Per-tensor dynamic/static marks (mirrors ``torch._dynamo.mark_dynamic``/``mark_static``).
 
 The marks are plain attributes on the tensor, read by capture's ``DynamicPolicy``:
 ``_torchkiln_dynamic_dims`` (a set of dims made symbolic), ``_torchkiln_dim_ranges``
@@ -40,11 +40,6 @@ def mark_dynamic(t: torch.Tensor, index, *, min: int | None = None, max: int | N
         if min is not None or max is not None:
             t._torchkiln_dim_ranges[d] = (min, max)
         getattr(t, "_torchkiln_static_dims", set()).discard(d)
-
-
-def maybe_mark_dynamic(t: torch.Tensor, index) -> None:
-    """Like :func:`mark_dynamic`, as a hint (``torch._dynamo.maybe_mark_dynamic``)."""
-    mark_dynamic(t, index)
 
 
 def mark_static(t: torch.Tensor, index=None) -> None:
