@@ -78,11 +78,14 @@ _BINARY = {
 class Scope:
     """Emitted lines plus the CSE table of one C++ block (children see parents' names)."""
 
-    def __init__(self, parent=None, indent="") -> None:
+    def __init__(self, parent=None, indent="", hoist=None, loop_vars=()) -> None:
         self.parent = parent
         self.lines: list[str] = []
         self.names: dict = {}
         self.indent = indent
+        # values that do not depend on loop_vars are computed in ``hoist`` (before the loop)
+        self.hoist = hoist
+        self.loop_vars = set(loop_vars)
 
     def lookup(self, value):
         scope = self
@@ -116,11 +119,29 @@ class CppKernel:
             return literal(value.value, value.dtype)
         if isinstance(value, ReductionValue):
             return self.reductions[value.name]
+        if scope.hoist is not None and not self._depends(value, scope.loop_vars, {}):
+            return self.emit(value, scope.hoist)
         expr = self._expr(value, scope)
         name = self.tmp()
         scope.lines.append(f"{scope.indent}{vtype(value.dtype)} {name} = {expr};")
         scope.names[value] = name
         return name
+
+    def _depends(self, value, loop_vars, memo) -> bool:
+        """Whether ``value`` changes with ``loop_vars`` (Masked values always stay in the loop)."""
+        key = id(value)
+        if key not in memo:
+            if isinstance(value, Load):
+                memo[key] = bool(value.index.free_symbols & loop_vars) or any(
+                    self._depends(i.value, loop_vars, memo) or sympy.sympify(i.size).free_symbols & loop_vars
+                    for i in value.indirect)
+            elif isinstance(value, IndexValue):
+                memo[key] = bool(value.expr.free_symbols & loop_vars)
+            elif isinstance(value, Op):
+                memo[key] = any(self._depends(a, loop_vars, memo) for a in value.args)
+            else:
+                memo[key] = isinstance(value, Masked)
+        return memo[key]
 
     def _index(self, index, indirect, scope) -> str:
         for ind in indirect:
@@ -257,9 +278,18 @@ class CppKernel:
         elif pure_pointwise:
             outer, inner = xs[:-1], xs[-1:]
             pragma = f"{parallel} collapse({len(outer)})" if parallel and len(outer) > 1 else parallel
-            body_lines, indent = self._loop_nest(outer, ranges[:-1], "  ", pragma or None)
-            more, indent = self._loop_nest(inner, ranges[-1:], indent, "#pragma omp simd")
-            body_lines += more
+            body_lines, oindent = self._loop_nest(outer, ranges[:-1], "  ", pragma or None)
+            more, indent = self._loop_nest(inner, ranges[-1:], oindent, "#pragma omp simd")
+            pre = Scope(None, oindent)
+            scope = Scope(pre, indent, hoist=pre, loop_vars=inner)
+            for loop in k.loops:
+                for st in loop.body:
+                    self._store(st, scope)
+            lines += body_lines + pre.lines + more + scope.lines
+            for d in range(len(xs), 0, -1):
+                lines.append("  " * d + "}")
+            lines.append("}")
+            return "\n".join(lines)
         else:
             pragma = f"{parallel} collapse({len(xs)})" if parallel and len(xs) > 1 else parallel
             body_lines, indent = self._loop_nest(xs, ranges, "  ", pragma or None)
@@ -320,8 +350,7 @@ class CppKernel:
         if not scalar and len(k.reduction_vars) > 1:
             pragma += f" collapse({len(k.reduction_vars)})"
         loop_lines, indent = self._loop_nest(k.reduction_vars, k.reduction_ranges, ind, pragma)
-        scope.lines += loop_lines
-        inner = Scope(scope, indent)
+        inner = Scope(scope, indent, hoist=scope, loop_vars=k.reduction_vars)
         for st in loop.body:
             if isinstance(st, Store):
                 self._store(st, inner)
@@ -346,7 +375,7 @@ class CppKernel:
                 nan = f" || ({v} != {v} && {acc}_v == {acc}_v)" if st.value.dtype.is_floating_point else ""
                 inner.lines.append(
                     f"{indent}if ({acc}_first || ({v} {cmp} {acc}_v){nan}) {{ {acc}_v = {v}; {acc} = {cexpr(st.index)}; {acc}_first = false; }}")
-        scope.lines += inner.lines
+        scope.lines += loop_lines + inner.lines
         n = len(k.reduction_vars)
         for d in range(n, 0, -1):
             scope.lines.append(ind + "  " * (d - 1) + "}")

@@ -68,8 +68,8 @@ static inline float kiln_sin(float a) { return sinf(a); }
 static inline double kiln_sin(double a) { return sin(a); }
 static inline float kiln_cos(float a) { return cosf(a); }
 static inline double kiln_cos(double a) { return cos(a); }
-template <typename T> static inline T kiln_sign(T a) {  // branch-free, so loops vectorize
-  T s = a > T(0) ? T(1) : T(0); s = a < T(0) ? T(-1) : s; return a != a ? a : s;
+template <typename T> static inline T kiln_sign(T a) {  // branch-free; sign(nan) = 0 as ATen
+  T s = a > T(0) ? T(1) : T(0); return a < T(0) ? T(-1) : s;
 }
 template <typename T> static inline T kiln_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
 """
