@@ -263,7 +263,7 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    reps = args.reps or (50 if args.device == "cuda" else 20)
+    reps = args.reps or (50 if args.device == "cuda" else 30)
     use_torch = not args.no_torch
     print(f"device={args.device} threads={torch.get_num_threads()} torch={torch.__version__} reps={reps}")
     warm_up_processes(args.device, use_torch)
