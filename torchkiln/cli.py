@@ -34,14 +34,16 @@ def default_cache_dir() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="torchkiln", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="torchkiln", description="torchkiln, a compiler for PyTorch programs: "
+                                     "benchmark it, explain what it captures, manage its cache.")
     sub = parser.add_subparsers(dest="command", metavar="{bench,explain,cache}")
 
     bench = sub.add_parser("bench", help="run the model suite against eager (and torch.compile with --peer)",
                            epilog=BENCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_argument("--models", help="comma-separated model names (default: the whole suite; see --list); "
                                         "'package.module:function' names a factory of your own")
-    bench.add_argument("--mode", choices=("inference", "training", "both"), default="both")
+    bench.add_argument("--mode", choices=("inference", "training", "both"), default="both",
+                       help="inference (eval, no_grad), training (forward, loss, backward, AdamW) or both (default)")
     bench.add_argument("--backend", default="inductor", help="torchkiln backend: eager, aot_eager, inductor (default)")
     bench.add_argument("--repeat", type=int, help="timed steps per variant (default 20, 10 with --quick)")
     bench.add_argument("--warmup", type=int, default=3, help="untimed steps before timing (default 3)")
@@ -49,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="a small subset (mlp, cnn, lstm, nanogpt) and fewer repeats")
     bench.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     bench.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for every variant (default 1)")
-    bench.add_argument("--timeout", type=float, default=300, help="seconds per subprocess before it counts as an error")
+    bench.add_argument("--timeout", type=float, default=300, help="seconds per subprocess before it counts as an error (default 300)")
     bench.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     bench.add_argument("--list", action="store_true", help="list the suite's models and exit")
 
