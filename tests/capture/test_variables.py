@@ -141,3 +141,32 @@ def test_functools_partial_and_methods_of_constants():
         return p(x), "{}-{}".format("a", 1).upper()
 
     check(f, randn(2), fullgraph=False)
+
+
+def test_grad_mode_decorated_function_weakref_and_environ():
+    import os
+    import weakref
+
+    lin = torch.nn.Linear(2, 2)
+    ref = weakref.ref(lin)
+
+    @torch.no_grad()
+    def frozen(x):
+        return x * 2
+
+    def f(x):
+        y = frozen(x)
+        flag = os.environ.get("TORCHKILN_TEST_UNSET_VARIABLE", "off")
+        return ref()(x) + y, y.requires_grad, flag
+
+    check(f, randn(1, 2, requires_grad=True), frames=1)
+
+
+def test_model_output_passed_in():
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_outputs import BaseModelOutput
+
+    def f(out):
+        return out.last_hidden_state * 2, out.keys(), out[0].sum()
+
+    check(f, BaseModelOutput(last_hidden_state=randn(2)), frames=1)

@@ -13,7 +13,9 @@ import builtins
 import collections
 import dataclasses
 import enum
+import os
 import types
+import weakref
 
 import torch
 
@@ -109,7 +111,8 @@ def _wrap(tx, value, source):
     from .functions import BoundMethodVariable, UserFunctionVariable
     from .nn_module import NNModuleVariable
     from .torch_fns import TorchVariable
-    from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
+    from .user_defined import (ModelOutputVariable, PythonModuleVariable, UserDefinedClassVariable,
+                               UserDefinedObjectVariable, is_model_output_class)
 
     out = tx.output
     g = out.guards
@@ -134,6 +137,20 @@ def _wrap(tx, value, source):
         g.type_match(source, value)
         g.add(f"len({seq_source}) - {source}.__reduce__()[2] == {len(seq) - index}")
         return ListIteratorVariable([wrap(tx, v, item_source(seq_source, i)) for i, v in enumerate(seq) if i >= index])
+    if is_model_output_class(type(value)):
+        import dataclasses as _dc
+
+        g.type_match(source, value)
+        fields = {f.name: wrap(tx, getattr(value, f.name), attr_source(source, f.name)) for f in _dc.fields(value)}
+        vt = ModelOutputVariable(type(value), fields, source)
+        out.id_cache[id(value)] = vt
+        return vt
+    if isinstance(value, weakref.ReferenceType):
+        referent = value()
+        g.type_match(source, value)
+        return WeakRefVariable(source, wrap(tx, referent, f"{source}()") if referent is not None else ConstantVariable(None))
+    if isinstance(value, os._Environ):
+        return EnvironVariable(source)
     if isinstance(value, torch.Size):
         g.constant_match(source, value)
         return SizeVariable([ConstantVariable(v) for v in value], source)
@@ -210,6 +227,44 @@ _BUILTIN_IDS = {id(v) for v in vars(builtins).values() if callable(v)}
 
 
 _SEQ_ITERATORS = (type(iter([])), type(iter(())))
+
+
+class WeakRefVariable(VariableTracker):
+    """A ``weakref.ref``; calling it gives the referent (read through ``source()``)."""
+
+    def __init__(self, source, referent_vt):
+        self.source = source
+        self.referent_vt = referent_vt
+
+    def call_function(self, tx, args, kwargs):
+        return self.referent_vt
+
+
+class EnvironVariable(VariableTracker):
+    """``os.environ``, readable (``get``, ``[]``, ``in``) as constants; writes break."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def var_getattr(self, tx, name):
+        from .base import MethodVariable, unsupported
+
+        if name in ("get", "__getitem__", "__contains__"):
+            return MethodVariable(self, name)
+        unsupported(f"os.environ.{name}")
+
+    def call_method(self, tx, name, args, kwargs):
+        from .base import unsupported
+
+        key = args[0].as_python_constant()
+        if name == "__contains__":
+            return ConstantVariable(key in os.environ)
+        if name == "get":
+            default = args[1] if len(args) > 1 else ConstantVariable(None)
+            return ConstantVariable(os.environ[key]) if key in os.environ else default
+        if name == "__getitem__" and key in os.environ:
+            return ConstantVariable(os.environ[key])
+        unsupported(f"os.environ.{name}({key!r})")
 
 
 class NativeExitVariable(VariableTracker):

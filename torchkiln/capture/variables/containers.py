@@ -327,11 +327,11 @@ class DictVariable(VariableTracker):
                 return self.items[key][1]
             return args[1] if len(args) > 1 else ConstantVariable(None)
         if name == "keys":
-            return TupleVariable([k for k, _ in self.items.values()])
+            return DictViewVariable(self, name, [k for k, _ in self.items.values()])
         if name == "values":
-            return TupleVariable([v for _, v in self.items.values()])
+            return DictViewVariable(self, name, [v for _, v in self.items.values()])
         if name == "items":
-            return TupleVariable([TupleVariable([k, v]) for k, v in self.items.values()])
+            return DictViewVariable(self, name, [TupleVariable([k, v]) for k, v in self.items.values()])
         if name == "update":
             other = args[0] if args else None
             if isinstance(other, DictVariable):
@@ -368,6 +368,39 @@ class DictVariable(VariableTracker):
 
     def __repr__(self):
         return f"DictVariable({list(self.items)!r})"
+
+
+class DictViewVariable(VariableTracker):
+    """``d.keys()`` / ``d.values()`` / ``d.items()``: iterable trackers that rebuild as the
+    real view of the rebuilt mapping."""
+
+    def __init__(self, owner, kind, items):
+        self.owner = owner
+        self.kind = kind
+        self.items = items
+
+    def python_type(self):
+        return type(getattr({}, self.kind)())
+
+    def unpack_var_sequence(self, tx):
+        return list(self.items)
+
+    def truth(self, tx):
+        return bool(self.items)
+
+    def var_getattr(self, tx, name):
+        return method_of(self, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "__contains__":
+            return tx.contains(self.items, args[0])
+        unsupported(f"dict view .{name}")
+
+    def reconstruct(self, cg):
+        owner, kind = cg.recipe(self.owner), self.kind
+        return lambda rt: getattr(owner(rt), kind)()
 
 
 class SetVariable(VariableTracker):

@@ -50,6 +50,8 @@ class UserFunctionVariable(BaseUserFunctionVariable):
             unsupported(f"call to a torchkiln.disable'd function {fn.__qualname__}")
         if getattr(fn, "_torchkiln_allow_in_graph", False):
             return tx.output.call_function(tx, fn, args, kwargs)
+        if fn.__code__.co_filename.endswith("_contextlib.py") and "ctx_factory" in fn.__code__.co_freevars:
+            return _call_grad_mode_decorated(tx, fn, args, kwargs)
         return tx.inline_user_function(self, args, kwargs)
 
     def var_getattr(self, tx, name):
@@ -189,4 +191,23 @@ def bind_args(tx, code, defaults, kwdefaults, args, kwargs, fn_name):
         i += 1
     if code.co_flags & 0x08:
         result[names[i]] = DictVariable({k: (ConstantVariable(k), v) for k, v in varkw.items()})
+    return result
+
+
+def _call_grad_mode_decorated(tx, fn, args, kwargs):
+    """A function decorated with ``@torch.no_grad()`` / ``@torch.enable_grad()``: the
+    context is traced around the inlined function."""
+    import torch
+
+    from .ctx_manager import GradModeVariable
+
+    cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
+    ctx = cells["ctx_factory"]()
+    if type(ctx) not in (torch.no_grad, torch.enable_grad):
+        unsupported(f"function decorated with {type(ctx).__name__}")
+    tracker = GradModeVariable(type(ctx) is torch.enable_grad, torch.is_grad_enabled())
+    exit_vt = tracker.enter(tx)
+    tx.root.active_contexts.append(tracker)
+    result = UserFunctionVariable(cells["func"]).call_function(tx, args, kwargs)
+    exit_vt.call_function(tx, [], {})
     return result

@@ -365,9 +365,10 @@ def is_model_output_class(cls) -> bool:
 class ModelOutputVariable(VariableTracker):
     """A transformers ``ModelOutput`` (an OrderedDict dataclass) built in the frame."""
 
-    def __init__(self, cls, fields: dict):
+    def __init__(self, cls, fields: dict, source=None):
         self.cls = cls
         self.fields = fields  # every dataclass field name -> tracker
+        self.source = source
 
     @classmethod
     def create(cls, tx, model_cls, args, kwargs):
@@ -413,12 +414,14 @@ class ModelOutputVariable(VariableTracker):
                 return dict(self._present())[key]
             return TupleVariable([v for _, v in self._present()]).getitem(tx, args[0])
         if name in ("keys", "values", "items"):
+            from .containers import DictViewVariable
+
             present = self._present()
             if name == "keys":
-                return TupleVariable([ConstantVariable(k) for k, _ in present])
+                return DictViewVariable(self, name, [ConstantVariable(k) for k, _ in present])
             if name == "values":
-                return TupleVariable([v for _, v in present])
-            return TupleVariable([TupleVariable([ConstantVariable(k), v]) for k, v in present])
+                return DictViewVariable(self, name, [v for _, v in present])
+            return DictViewVariable(self, name, [TupleVariable([ConstantVariable(k), v]) for k, v in present])
         if name == "__len__":
             return ConstantVariable(len(self._present()))
         if name == "__contains__":
@@ -431,6 +434,8 @@ class ModelOutputVariable(VariableTracker):
         return [ConstantVariable(k) for k, _ in self._present()]
 
     def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.from_source(self.source)
         cls = self.cls
         recipes = {k: cg.recipe(v) for k, v in self.fields.items()}
         return lambda rt: cls(**{k: r(rt) for k, r in recipes.items()})
