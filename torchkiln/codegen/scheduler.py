@@ -240,8 +240,9 @@ def _mixes_column_reduction(loops, ranges, rranges) -> bool:
         for st in lp.body:
             if isinstance(st, Reduce):
                 loads = [v for v in _values(st.value) if isinstance(v, Load)]
-                if (any(sympy.expand(v.index).coeff(x) == 1 for v in loads)
-                        and not any(sympy.expand(v.index).coeff(r) == 1 for v in loads)):
+                idx = [sympy.expand(v.index) for v in loads]
+                if (any(i.coeff(x) == 1 for i in idx)
+                        and not any(i.coeff(r) == 1 and i.coeff(x) != 0 for i in idx)):
                     return True
     return False
 

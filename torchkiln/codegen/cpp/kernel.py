@@ -472,7 +472,8 @@ def is_column_reduction(k: FusedKernel) -> bool:
                         return False
                     index = sympy.expand(load.index)
                     contiguous_x |= index.coeff(x) == 1
-                    contiguous_r |= index.coeff(r) == 1
+                    # loads along r that do not move with x are broadcast over the tile
+                    contiguous_r |= index.coeff(r) == 1 and index.coeff(x) != 0
     return contiguous_x and not contiguous_r
 
 
