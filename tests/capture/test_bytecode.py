@@ -5,7 +5,6 @@ import dataclasses
 import math
 import operator
 
-import pytest
 import torch
 
 from capture_helpers import check, randn

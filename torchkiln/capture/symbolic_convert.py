@@ -27,9 +27,8 @@ from .variables.builder import wrap, wrap_constant_like
 from .variables.builtin import BuiltinVariable
 from .variables.containers import (BaseListVariable, DictVariable, ListIteratorVariable, ListVariable,
                                    SetVariable, SliceVariable, TupleVariable, dict_key)
-from .variables.ctx_manager import AutocastVariable, GradModeVariable, WithExitVariable
-from .variables.functions import (BaseUserFunctionVariable, NestedUserFunctionVariable, UserFunctionVariable,
-                                  bind_args)
+from .variables.ctx_manager import AutocastVariable, GradModeVariable
+from .variables.functions import NestedUserFunctionVariable, UserFunctionVariable, bind_args
 from .variables.misc import SuperVariable
 from .variables.nn_module import NNModuleVariable
 from .variables.tensor import SymNodeVariable, TensorVariable

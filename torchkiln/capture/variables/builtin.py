@@ -6,7 +6,6 @@ Builtins over constants fold; over tensors and symbolic sizes they become graph 
 """
 from __future__ import annotations
 
-import builtins
 import functools
 import math
 import operator
@@ -236,6 +235,3 @@ class BuiltinVariable(VariableTracker):
             return wrap_constant_like(tx, fn(*cargs, **ckwargs))
         unsupported(f"call to builtin {getattr(fn, '__qualname__', fn)}")
 
-
-def builtin_by_name(name):
-    return BuiltinVariable(getattr(builtins, name))

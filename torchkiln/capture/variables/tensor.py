@@ -17,7 +17,7 @@ from .base import ConstantVariable, VariableTracker, unsupported
 
 # Attributes answered from the fake value without a graph node.
 _STATIC_ATTRS = {"dtype", "device", "layout", "ndim", "requires_grad", "is_cuda", "is_sparse", "is_quantized",
-                 "is_leaf", "is_meta", "is_nested", "is_mkldnn", "is_complex_dtype"}
+                 "is_meta", "is_nested", "is_mkldnn"}
 # Methods answered from the fake value (return Python values about metadata).
 _STATIC_METHODS = {"dim", "ndimension", "is_floating_point", "is_complex", "element_size", "get_device",
                    "is_contiguous", "is_signed", "nelement", "numel", "stride", "storage_offset", "size",
@@ -51,8 +51,7 @@ class TensorVariable(VariableTracker):
         ex = self.example
         if name == "shape":
             return SizeVariable.from_size(tx, self, ex.shape)
-        if name in ("dtype", "device", "layout", "ndim", "requires_grad", "is_cuda", "is_sparse", "is_quantized",
-                    "is_meta", "is_nested", "is_mkldnn"):
+        if name in _STATIC_ATTRS:
             return wrap_constant_like(tx, getattr(ex, name))
         if name == "is_leaf":
             return ConstantVariable(not ex.requires_grad or self.node.op == "placeholder")

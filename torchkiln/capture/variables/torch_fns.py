@@ -93,8 +93,6 @@ class TorchVariable(VariableTracker):
         return wrap_constant_like(tx, getattr(self.value, name))
 
     def call_function(self, tx, args, kwargs):
-        from .containers import SizeVariable
-
         fn = self.value
         if id(fn) in _IS_COMPILING:
             return ConstantVariable(True)
@@ -110,8 +108,7 @@ class TorchVariable(VariableTracker):
         name = getattr(fn, "__name__", "")
         if id(fn) in _BREAK or name.startswith(("set_", "_set_")) or "autocast" in name or name.endswith("_nesting"):
             unsupported(f"call to {getattr(fn, '__qualname__', fn)} (changes global state; not traceable)")
-        if id(fn) in _FOLD or all(a.is_python_constant() for a in args) and all(
-                v.is_python_constant() for v in kwargs.values()) and fn in (torch.Size,):
+        if id(fn) in _FOLD:
             value = fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
             from .builder import wrap_constant_like
 
