@@ -76,3 +76,19 @@ def test_hf_gpt2_lm_head_model():
         assert got.past_key_values is None and same(expected.logits, got.logits)
     assert cnt.frame_count == 2  # use_cache is specialised: one recompile
     assert not torchkiln.counters["graph_break"]
+
+
+def test_hf_gpt2_automatic_dynamic_sequence_length():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50, n_positions=32)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    torchkiln.reset()
+    cnt = CompileCounter()
+    opt = torchkiln.compile(model, backend=cnt)
+    with torch.no_grad():
+        for t in (6, 9, 12):
+            ids = torch.randint(0, 50, (2, t))
+            assert same(model(ids).logits, opt(ids).logits)
+    assert cnt.frame_count == 2  # static, then one recompile with the sequence length symbolic
+    assert not torchkiln.counters["graph_break"]

@@ -92,7 +92,7 @@ def test_size_dtype_device_and_sets():
         s = x.shape
         t = torch.Size([s[0], 2])
         kinds = {x.dtype, torch.float32}
-        return (x.new_ones(t), s[1:], s.numel(), x.to(device=x.device, dtype=torch.float64), len(kinds),
+        return (x.new_ones(t), s[1:], s.numel(), s + (1,), (1,) + s, x.view(s[:-1] + (2, 2)), x.to(device=x.device, dtype=torch.float64), len(kinds),
                 x.dtype is torch.float32, x.device.type, torch.float32.is_floating_point)
 
     check(f, randn(3, 4), frames=1)

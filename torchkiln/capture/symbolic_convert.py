@@ -26,7 +26,7 @@ from .variables.base import NULL, CellVariable, ConstantVariable, NullVariable, 
 from .variables.builder import wrap, wrap_constant_like
 from .variables.builtin import BuiltinVariable
 from .variables.containers import (BaseListVariable, DictVariable, ListIteratorVariable, ListVariable,
-                                   SetVariable, SliceVariable, TupleVariable, dict_key)
+                                   SetVariable, SizeVariable, SliceVariable, TupleVariable, dict_key)
 from .variables.ctx_manager import AutocastVariable, GradModeVariable
 from .variables.functions import NestedUserFunctionVariable, UserFunctionVariable, bind_args
 from .variables.misc import SuperVariable
@@ -273,9 +273,12 @@ class InstructionTranslatorBase:
         if isinstance(a, ListVariable) and op is operator.iadd:
             return a.call_method(self, "__iadd__", [b], {})
         if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable) and base is operator.add:
-            if type(a) is not type(b) and not (a.container_type is b.container_type):
-                unsupported("concatenating different sequence types")
-            return (ListVariable if a.container_type is list else TupleVariable)(a.items + b.items)
+            if (a.container_type is list) != (b.container_type is list):
+                unsupported("TypeError: can only concatenate list to list, tuple to tuple")
+            if a.container_type is list:
+                return ListVariable(a.items + b.items)
+            result_type = type(a.container_type([]) + b.container_type([]))
+            return SizeVariable(a.items + b.items) if result_type is torch.Size else TupleVariable(a.items + b.items)
         if isinstance(a, BaseListVariable) and base is operator.mul and b.is_python_constant():
             return (ListVariable if a.container_type is list else TupleVariable)(a.items * b.as_python_constant())
         if isinstance(a, DictVariable) and base is operator.or_:
