@@ -211,6 +211,10 @@ case("int_ops", lambda a, b: (a + b, a * b, a - 3, torch.div(a - 5, 2 * b - 9, r
      T((4, 6), "int"), T((4, 6), "int"), grad=False, exact=True, triton=True)
 case("int_bitwise", lambda a, b: (a & b, a | b, a ^ b, a << 1, a >> 1), T((4, 6), "int"), T((4, 6), "int"), grad=False, exact=True)
 
+case("small_int_dtypes", lambda a: ((a.to(torch.uint8) * 40 + 7), (a.to(torch.int8) - 100), a.to(torch.int32).sum(1),
+                                     a.to(torch.int16).amax(0)), T((4, 6), "int"), grad=False, exact=True, triton=True)
+case("to_bool", lambda x: (x.to(torch.bool), (x > 0).to(torch.float16)), T((4, 6), "int", dtype=torch.int64), grad=False, exact=True)
+
 # -- reductions
 R = T((3, 5, 7))
 case("sum_all", lambda x: x.sum(), R, dtypes=HALF, triton=True)
@@ -235,6 +239,8 @@ case("reduce_noncontig", lambda x: x.sum(0), T((6, 4), layout="t"), triton=True)
 case("reduce_then_pointwise", lambda x: (x - x.mean(-1, keepdim=True)) * 2, R, triton=True)
 case("cumsum", lambda x: x.cumsum(1), A)
 
+case("float64_reduce", lambda x: (x.double().sum(-1), x.double().var(0)), R, triton=True)
+
 # -- softmax family, layer_norm
 case("softmax", lambda x: torch.softmax(x, -1), R, dtypes=HALF, triton=True)
 case("softmax_dim0", lambda x: torch.softmax(x, 0), R)
@@ -243,6 +249,8 @@ case("softmax_large", lambda x: torch.softmax(x, -1), T((2, 2500)), triton=True)
 case("layer_norm", lambda x, w, b: F.layer_norm(x, (7,), w, b), R, T((7,)), T((7,)), dtypes=HALF, triton=True)
 case("layer_norm_2d", lambda x: F.layer_norm(x, (5, 7)), R)
 case("layer_norm_gelu", lambda x, w, b: F.gelu(F.layer_norm(x, (7,), w, b)), R, T((7,)), T((7,)), triton=True)
+case("attention_mask_softmax", lambda s: torch.softmax(s.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")), -1),
+     T((2, 5, 5)), dtypes=(f32, bf16), triton=True)
 case("rms_norm_manual", lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, R, T((7,)))
 
 # -- views
