@@ -406,3 +406,22 @@ def test_lambda_and_nested_function_defaults():
         return g(x), g(x, 3), h(x), h(x, k=1)
 
     check(f, randn(2), frames=1)
+
+
+def test_itertools_and_plain_super_init():
+    import itertools
+
+    class Holder:
+        def __init__(self, v):
+            super().__init__()
+            self.v = v
+
+    def f(x):
+        out = x
+        for a, b in itertools.product([1, 2], (3,)):
+            out = out + a * b
+        for t in itertools.chain([x], (x * 2,)):
+            out = out + t
+        return out + Holder(2).v, list(itertools.islice(range(10), 2, 5))
+
+    check(f, randn(2), frames=1)

@@ -36,6 +36,8 @@ class SuperVariable(VariableTracker):
                     return bind_class_attr(tx, attr, None, owner, None)
                 if isinstance(attr, types.FunctionType) or isinstance(attr, (staticmethod, classmethod, property)):
                     return bind_class_attr(tx, attr, self.obj_vt, owner, None)
+                if attr is object.__init__:
+                    return NoOpVariable()
                 if base is object or base.__module__ == "builtins":
                     real = getattr(self.obj_vt, "value", None)
                     if name in _READ_ONLY and real is not None and not isinstance(real, type):
@@ -73,3 +75,12 @@ class ModuleCallVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         return self.module_vt.call_module(tx, args, kwargs)
+
+
+class NoOpVariable(VariableTracker):
+    """A call with no effect (``super().__init__()`` reaching ``object.__init__``)."""
+
+    def call_function(self, tx, args, kwargs):
+        from .base import ConstantVariable
+
+        return ConstantVariable(None)

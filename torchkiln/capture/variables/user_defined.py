@@ -12,6 +12,7 @@ import abc
 import collections
 import dataclasses
 import inspect
+import itertools
 import types
 
 import torch
@@ -175,6 +176,8 @@ class UserDefinedClassVariable(VariableTracker):
             return AutocastVariable(named)
         if cls is torch.Size:
             return SizeVariable(args[0].unpack_var_sequence(tx) if args else [])
+        if cls in _ITERTOOLS:
+            return _itertools_call(tx, cls, args, kwargs)
         if cls in (torch.finfo, torch.iinfo, torch.device) and all(a.is_python_constant() for a in args):
             from .builder import wrap_constant_like
 
@@ -355,6 +358,30 @@ class PythonModuleVariable(VariableTracker):
     def reconstruct(self, cg):
         value = self.value
         return lambda rt: value
+
+
+_ITERTOOLS = {itertools.chain, itertools.product, itertools.islice, itertools.repeat, itertools.zip_longest}
+
+
+def _itertools_call(tx, cls, args, kwargs):
+    """``itertools`` over known sequences: the items are computed at trace time."""
+    from .containers import ListIteratorVariable, TupleVariable
+
+    if cls is itertools.chain:
+        return ListIteratorVariable([i for a in args for i in a.unpack_var_sequence(tx)])
+    if cls is itertools.product and not kwargs:
+        seqs = [a.unpack_var_sequence(tx) for a in args]
+        return ListIteratorVariable([TupleVariable(list(t)) for t in itertools.product(*seqs)])
+    if cls is itertools.islice:
+        bounds = [a.as_python_constant() for a in args[1:]]
+        return ListIteratorVariable(list(itertools.islice(args[0].unpack_var_sequence(tx), *bounds)))
+    if cls is itertools.repeat and len(args) == 2:
+        return ListIteratorVariable([args[0]] * args[1].as_python_constant())
+    if cls is itertools.zip_longest:
+        fill = kwargs.get("fillvalue", ConstantVariable(None))
+        seqs = [a.unpack_var_sequence(tx) for a in args]
+        return ListIteratorVariable([TupleVariable(list(t)) for t in itertools.zip_longest(*seqs, fillvalue=fill)])
+    unsupported(f"itertools.{cls.__name__} with these arguments")
 
 
 def is_model_output_class(cls) -> bool:
