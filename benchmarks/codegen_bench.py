@@ -159,6 +159,7 @@ def _interleaved_medians(fns: dict, x, backward, device, reps, warmup=3) -> dict
 def _fresh_caches():
     os.environ["TORCHKILN_CACHE_DIR"] = tempfile.mkdtemp(prefix="kiln_bench_")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor_bench_")
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton_bench_")  # both compilers' Triton builds
     torchkiln.reset()
     import torch._dynamo  # the peer, reset between workloads
 
