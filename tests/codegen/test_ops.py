@@ -4,8 +4,9 @@ Every case runs on three "device paths":
 
 - ``cpp``: CPU tensors through the C++/OpenMP kernels (``codegen.config.cpu_backend="cpp"``);
 - ``triton``: CPU tensors through the Triton kernels, run by Triton's interpreter
-  (``cpu_backend="triton"``; the kernel generator loads CPU kernels with
-  ``TRITON_INTERPRET=1``); a representative subset, since the interpreter is slow;
+  (``cpu_backend="triton"``; tests/conftest.py sets ``TRITON_INTERPRET=1`` before triton
+  is imported, where there is no GPU); a representative subset, float32 only, since the
+  interpreter is slow;
 - ``cuda``: CUDA tensors through real Triton kernels (only where a GPU exists).
 
 and along three routes into the code generator:
