@@ -36,7 +36,6 @@ class CompiledGraph:
         self.source = source
         self.kernel_source = kernel_source
         self.kernels = kernels
-        self.__call__ = fn
 
     def __call__(self, *args):
         return self.current_callable(*args)

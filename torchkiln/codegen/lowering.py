@@ -99,20 +99,26 @@ def math_op(name: str, nargs: int = 1) -> Callable:
 
 
 def _common_dtype(args) -> torch.dtype:
-    """The dtype ATen compares/combines mixed arguments in (``torch.result_type``)."""
-    node = current_graph().current_node
-    fakes = []
-    for a, orig in zip(args, node.args):
-        if isinstance(orig, torch.fx.Node):
-            fakes.append(orig.meta["val"])
-        else:
-            fakes.append(orig)
-    result = fakes[0]
-    if len(fakes) == 1:
-        dt = fakes[0].dtype if isinstance(fakes[0], torch.Tensor) else torch.tensor(fakes[0]).dtype
-        return compute_dtype(dt)
-    dt = torch.result_type(*fakes[:2]) if isinstance(result, torch.Tensor) or isinstance(fakes[1], torch.Tensor) else torch.float64
-    return compute_dtype(dt)
+    """The opmath dtype ATen combines the node's first ``len(args)`` arguments in
+    (``torch.result_type``: tensors by category and dimension, then Python scalars)."""
+    def proxy(v):
+        if isinstance(v, torch.fx.Node):
+            v = v.meta["val"]
+        if isinstance(v, torch.SymInt):
+            return 1
+        if isinstance(v, torch.SymFloat):
+            return 1.0
+        if isinstance(v, torch.SymBool):
+            return True
+        return v
+
+    vals = [proxy(v) for v in current_graph().current_node.args[:len(args)]]
+    tensors = [v for v in vals if isinstance(v, torch.Tensor)]
+    if not tensors:
+        return torch.float64 if any(isinstance(v, float) for v in vals) else torch.int64
+    if len(vals) == 1:
+        return compute_dtype(tensors[0].dtype)
+    return compute_dtype(torch.result_type(vals[0], vals[1]))
 
 
 UNARY = {
@@ -147,7 +153,6 @@ def round_(x):
 
 def _logical(name):
     def lower(a, b):
-        cdt = _common_dtype([a, b])
         return pointwise(lambda x, y: Op(name, (cast(x, torch.bool), cast(y, torch.bool)), torch.bool), a, b)
     return lower
 
@@ -225,17 +230,12 @@ def _clamp(x, lo, hi):
         v = cast(v, cdt)
         bl = list(bounds)
         if lo is not None:
-            v = _nan_keep(v, Op("maximum", (v, cast(bl.pop(0), cdt)), cdt), cdt)
+            v = Op("maximum", (v, cast(bl.pop(0), cdt)), cdt)  # NaN-propagating, as clamp
         if hi is not None:
-            v = _nan_keep(v, Op("minimum", (v, cast(bl.pop(0), cdt)), cdt), cdt)
+            v = Op("minimum", (v, cast(bl.pop(0), cdt)), cdt)
         return v
 
     return pointwise(fn, x, *[b for b in (lo, hi) if b is not None])
-
-
-def _nan_keep(v, clamped, cdt):
-    """clamp(nan) is nan; maximum already propagates NaN, so this is the identity."""
-    return clamped
 
 
 @register(aten.clamp.default, aten.clamp.Tensor)
@@ -650,8 +650,8 @@ def argmax(x, dim=None, keepdim=False):
     rtype = "argmax" if current_graph().current_node.target == aten.argmax.default else "argmin"
     cdt = compute_dtype(x.dtype)
     if dim is None:
-        flat = TensorBox(View(x, [sympy.Integer(max(1, 1)) * _numel(x.get_size())],
-                              _flat_reindex(x.get_size(), [_numel(x.get_size())])))
+        numel = _numel(x.get_size())
+        flat = TensorBox(View(x, [numel], _flat_reindex(x.get_size(), [numel])))
         red = make_reduction(flat, [0], False, rtype, torch.int64, torch.int64, lambda v: cast(v, cdt))
         if keepdim:
             return TensorBox(View(red, out_size(), lambda idx: []))
