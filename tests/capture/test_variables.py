@@ -170,3 +170,18 @@ def test_model_output_passed_in():
         return out.last_hidden_state * 2, out.keys(), out[0].sum()
 
     check(f, BaseModelOutput(last_hidden_state=randn(2)), frames=1)
+
+
+def test_inspect_signature_of_known_callables():
+    import inspect
+
+    lin = torch.nn.Linear(2, 2)
+
+    def helper(a, b, c=1):
+        return a
+
+    def f(x):
+        n = len(inspect.signature(helper).parameters) + len(inspect.signature(lin.forward).parameters)
+        return x * n
+
+    check(f, randn(2), frames=1)

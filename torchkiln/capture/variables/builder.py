@@ -321,9 +321,9 @@ def wrap_constant_like(tx, value) -> VariableTracker:
         return TupleVariable([wrap_constant_like(tx, v) for v in value])
     if type(value) is list:
         return ListVariable([wrap_constant_like(tx, v) for v in value])
-    if type(value) in (dict, collections.OrderedDict):
+    if type(value) in (dict, collections.OrderedDict, types.MappingProxyType):
         return DictVariable({k: (wrap_constant_like(tx, k), wrap_constant_like(tx, v)) for k, v in value.items()},
-                            type(value))
+                            dict if type(value) is types.MappingProxyType else type(value))
     if type(value) in (set, frozenset):
         return SetVariable([wrap_constant_like(tx, v) for v in value], frozen=type(value) is frozenset)
     if isinstance(value, torch.nn.Module):

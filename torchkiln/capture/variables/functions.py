@@ -6,6 +6,7 @@ or ``torchkiln.graph_break`` (graph break) and ``allow_in_graph`` ones (one grap
 """
 from __future__ import annotations
 
+import inspect
 import types
 
 from .base import ConstantVariable, VariableTracker, unsupported
@@ -50,6 +51,10 @@ class UserFunctionVariable(BaseUserFunctionVariable):
             unsupported(f"call to a torchkiln.disable'd function {fn.__qualname__}")
         if getattr(fn, "_torchkiln_allow_in_graph", False):
             return tx.output.call_function(tx, fn, args, kwargs)
+        if fn is inspect.signature and len(args) == 1 and not kwargs:
+            from .builder import wrap_constant_like
+
+            return wrap_constant_like(tx, inspect.signature(real_callable(args[0])))
         if fn.__code__.co_filename.endswith("_contextlib.py") and "ctx_factory" in fn.__code__.co_freevars:
             return _call_grad_mode_decorated(tx, fn, args, kwargs)
         return tx.inline_user_function(self, args, kwargs)
@@ -211,3 +216,14 @@ def _call_grad_mode_decorated(tx, fn, args, kwargs):
     result = UserFunctionVariable(cells["func"]).call_function(tx, args, kwargs)
     exit_vt.call_function(tx, [], {})
     return result
+
+
+def real_callable(vt):
+    """The real function behind a function/method tracker (for introspection only)."""
+    if isinstance(vt, UserFunctionVariable):
+        return vt.fn
+    if isinstance(vt, BoundMethodVariable) and isinstance(vt.fn_vt, UserFunctionVariable) and hasattr(vt.self_vt, "value"):
+        return types.MethodType(vt.fn_vt.fn, vt.self_vt.value)
+    if hasattr(vt, "value") and callable(vt.value):
+        return vt.value
+    unsupported(f"inspect.signature of {vt}")

@@ -66,6 +66,9 @@ def generic_getattr(tx, vt, obj, name, instance_dict=None):
         return pending
     cls = vt.python_type()
     source = attr_source(vt.source, name)
+    if obj is not None and vt.source is None and cls.__module__.split(".")[0] in ("inspect", "typing"):
+        # introspection objects made during tracing (inspect.Signature): read natively
+        return wrap_constant_like(tx, getattr(obj, name))
     if obj is not None and mro_lookup(cls, "__getattribute__") not in (object.__getattribute__, _MISSING) and \
             not isinstance(obj, torch.nn.Module):
         # A custom __getattribute__ (e.g. transformers' config attribute_map): ask the object.
