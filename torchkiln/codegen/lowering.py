@@ -820,12 +820,17 @@ def _indirect(index_value, size):
     return sym, ir.Indirect(sym, cast(index_value, torch.int64), size)
 
 
-def _load_indirect(x: TensorBox, idx, indirects):
-    """``x[idx]`` where ``idx`` contains indirect symbols described by ``indirects``."""
-    base = x.realize()
-    value = base.make_loader()(idx)
-    used = tuple(i for i in indirects if i.symbol in value.index.free_symbols)
-    return ir.Load(value.buffer, value.index, value.dtype, used)
+def _indirect_loader(x: TensorBox):
+    """Loader of ``x`` for indices with indirect symbols; realizes ``x`` now (at lowering
+    time: inner functions run again while scheduling and must not create buffers)."""
+    load = x.realize().make_loader()
+
+    def loader(idx, indirects):
+        value = load(idx)
+        used = tuple(i for i in indirects if i.symbol in value.index.free_symbols)
+        return ir.Load(value.buffer, value.index, value.dtype, used)
+
+    return loader
 
 
 @register(aten.embedding.default)
@@ -834,10 +839,11 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     nidx = len(indices.get_size())
     iload = indices.make_loader()
     vocab = weight.get_size()[0]
+    wload = _indirect_loader(weight)
 
     def inner(idx):
         sym, ind = _indirect(iload(idx[:nidx]), vocab)
-        return _load_indirect(weight, [sym] + list(idx[nidx:]), [ind])
+        return wload([sym] + list(idx[nidx:]), [ind])
 
     return TensorBox(Pointwise(size, weight.dtype, device(), inner))
 
@@ -849,14 +855,15 @@ def gather(x, dim, index, sparse_grad=False):
     dim = dim % max(n, 1)
     iload = index.make_loader()
     dsize = x.get_size()[dim] if x.get_size() else sympy.Integer(1)
+    xload = _indirect_loader(x)
 
     def inner(idx):
         if n == 0:
-            return x.make_loader()([])
+            return xload([], [])
         sym, ind = _indirect(iload(idx), dsize)
         sub = list(idx)
         sub[dim] = sym
-        return _load_indirect(x, sub, [ind])
+        return xload(sub, [ind])
 
     return TensorBox(Pointwise(size, x.dtype, device(), inner))
 
@@ -867,14 +874,15 @@ def index_select(x, dim, index):
     n = len(size)
     dim = dim % max(n, 1)
     iload = index.make_loader()
+    xload = _indirect_loader(x)
 
     def inner(idx):
         if not x.get_size():
-            return x.make_loader()([])
+            return xload([], [])
         sym, ind = _indirect(iload([idx[dim]] if index.get_size() else []), x.get_size()[dim])
         sub = list(idx)
         sub[dim] = sym
-        return _load_indirect(x, sub, [ind])
+        return xload(sub, [ind])
 
     return TensorBox(Pointwise(size, x.dtype, device(), inner))
 
@@ -892,6 +900,7 @@ def index(x, indices):
     bsize = size[first:first + bshape_len]
     loaders = {k: broadcast_loader(indices[k], bsize) for k in positions}
     rest = [d for d in range(len(xs)) if d not in positions]
+    xload = _indirect_loader(x)
 
     def inner(idx):
         bidx = idx[first:first + bshape_len]
@@ -903,7 +912,7 @@ def index(x, indices):
             inds.append(ind)
         for d, i in zip(rest, other):
             sub[d] = i
-        return _load_indirect(x, sub, inds)
+        return xload(sub, inds)
 
     return TensorBox(Pointwise(size, x.dtype, device(), inner))
 

@@ -271,12 +271,15 @@ class Scheduler:
         self.position: dict[str, int] = {}
 
     def run(self) -> "Scheduler":
-        for buf in self.graph.buffers.values():
+        buffers = list(self.graph.buffers.values())
+        for buf in buffers:
             if isinstance(buf, ComputedBuffer):
                 self._schedule(SchedulerNode(buf))
             elif isinstance(buf, (ExternKernel, MultiOutput)):
                 self.position[buf.name] = len(self.entries)
                 self.entries.append(buf)
+        if len(self.graph.buffers) != len(buffers):
+            raise RuntimeError("a lowering created buffers while being scheduled (a bug): not compiling")
         return self
 
     def _schedule(self, node: SchedulerNode) -> None:
