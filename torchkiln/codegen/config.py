@@ -5,7 +5,7 @@ from ..config import Config
 
 config = Config(
     "torchkiln.codegen.config",
-    # Print extra checks into the wrapper (output strides of extern kernels).
+    # Raise compile errors instead of warning and running the graph eagerly.
     debug=False,
     # Ops without a lowering run their ATen kernel (counted in metrics.fallback_ops);
     # False raises instead (used by tests that check coverage).
@@ -24,6 +24,4 @@ config = Config(
     # A pointwise value read by several consumers is stored to memory (not recomputed)
     # when its expression has more operations than this.
     realize_ops_threshold=24,
-    # Keep the wrapper sizes/strides assertions for graph inputs (debugging aid).
-    size_asserts=False,
 )
