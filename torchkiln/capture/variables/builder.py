@@ -212,7 +212,9 @@ def _wrap(tx, value, source):
     if isinstance(value, types.BuiltinFunctionType) or id(value) in _BUILTIN_IDS:
         from .builtin import BuiltinVariable
 
-        g.id_match(source, value)
+        owner = getattr(value, "__self__", None)
+        if owner is None or isinstance(owner, types.ModuleType):
+            g.id_match(source, value)  # a bound C method is made afresh on each access: no identity
         return BuiltinVariable(value, source)
     if isinstance(value, type):
         g.id_match(source, value)

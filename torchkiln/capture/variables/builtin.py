@@ -6,6 +6,7 @@ Builtins over constants fold; over tensors and symbolic sizes they become graph 
 """
 from __future__ import annotations
 
+import builtins
 import functools
 import math
 import operator
@@ -77,6 +78,11 @@ class BuiltinVariable(VariableTracker):
         return True
 
     def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.from_source(self.source)
+        if getattr(self.fn, "__self__", None) is not None and not isinstance(
+                self.fn.__self__, (type, type(builtins), str, int, float, bytes, tuple)):
+            unsupported("rebuilding a method bound to an object without a source")
         fn = self.fn
         return lambda rt: fn
 

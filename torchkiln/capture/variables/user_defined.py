@@ -96,7 +96,9 @@ def generic_getattr(tx, vt, obj, name, instance_dict=None):
     if cls_attr is not _MISSING:
         if type(cls_attr).__module__ == "builtins" and hasattr(type(cls_attr), "__get__") and not isinstance(
                 cls_attr, (types.FunctionType, staticmethod, classmethod, property)) and obj is not None and callable(cls_attr):
-            return wrap_constant_like(tx, getattr(obj, name))
+            from .builtin import BuiltinVariable
+
+            return BuiltinVariable(getattr(obj, name), source)  # a C method: rebuilt through its source
         return bind_class_attr(tx, cls_attr, vt, cls, source)
     getattr_fn = mro_lookup(cls, "__getattr__")
     if isinstance(getattr_fn, types.FunctionType):
