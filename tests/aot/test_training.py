@@ -78,3 +78,31 @@ def test_training_via_aot_module(factory):
 def test_training_via_torchkiln_compile(factory):
     torchkiln.reset()
     _compare(factory, lambda m: torchkiln.compile(m, backend="aot_eager"))
+
+
+@pytest.mark.parametrize("kw", [dict(num_layers=2, bidirectional=True), dict(num_layers=1, bias=False),
+                                dict(num_layers=3, batch_first=True)], ids=["2layer_bidir", "no_bias", "batch_first"])
+def test_lstm_as_onednn_layers_matches_eager(kw):
+    torch.manual_seed(0)
+    m = torch.nn.LSTM(16, 16, **kw)
+    x = torch.randn(4, 7, 16) if kw.get("batch_first") else torch.randn(7, 4, 16)
+    x.requires_grad_()
+    out, (h, c) = aot_module(m, nop)(x)
+    (out.sum() + h.sum() * 2 + c.sum()).backward()
+    grads = [p.grad.clone() for p in m.parameters()] + [x.grad.clone()]
+    m.zero_grad()
+    x.grad = None
+    ro, (rh, rc) = m(x)
+    (ro.sum() + rh.sum() * 2 + rc.sum()).backward()
+    for a, b in zip((out, h, c), (ro, rh, rc)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for a, b in zip(grads, [p.grad for p in m.parameters()] + [x.grad]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_seed_lstm_traces_without_unrolling():
+    rec = []
+    m = torch.nn.LSTM(64, 64, num_layers=2, bidirectional=True)
+    out = aot_module(m, lambda gm, inputs: rec.append(gm) or gm)(torch.randn(92, 4, 64))[0]
+    out.sum().backward()
+    assert sum(1 for n in rec[0].graph.nodes if n.op == "call_function") < 100

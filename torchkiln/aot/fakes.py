@@ -10,6 +10,8 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+from .rnn import TrainingLSTM
+
 
 def fake_mode_of(values) -> Optional[FakeTensorMode]:
     for v in values:
@@ -73,10 +75,10 @@ def tracing_context(fake_mode, joint: bool = False):
     the Python dispatcher on (symbolic sizes through decompositions), real tensors the
     function closes over allowed (they become graph constants).
 
-    ``joint``: oneDNN off, so RNNs are traced through their generic ATen composite:
-    torch's LSTM decomposition picks the oneDNN kernel in inference mode (train=False,
-    no workspace) whenever the *input* needs no grad, even if the weights do, and that
-    graph cannot be differentiated.
+    ``joint``: LSTMs become oneDNN layers with a workspace (:mod:`.rnn`); otherwise
+    oneDNN is off, so other RNNs go through their generic ATen composite (torch's LSTM
+    decomposition would pick the oneDNN kernel in inference mode, without workspace,
+    whenever the *input* needs no grad, even if the weights do).
     """
     stack = contextlib.ExitStack()
     stack.enter_context(fake_mode)
@@ -84,6 +86,7 @@ def tracing_context(fake_mode, joint: bool = False):
     if joint:
         stack.callback(torch._C._set_mkldnn_enabled, torch._C._get_mkldnn_enabled())
         torch._C._set_mkldnn_enabled(False)
+        stack.enter_context(TrainingLSTM())
     # Real tensors closed over by the function (constants) become graph constants.
     old = fake_mode.allow_non_fake_inputs
     fake_mode.allow_non_fake_inputs = True

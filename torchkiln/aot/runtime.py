@@ -45,14 +45,16 @@ class _NoDoubleBackward(torch.autograd.Function):
 
 
 def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[[], Callable], meta: ViewAndMutationMeta,
-                           num_saved_tensors: int, num_fw_outs: int):
+                           num_saved_tensors: int, num_fw_outs: int, forward_in_grad_mode: bool = False):
     """The ``autograd.Function`` class for one compiled forward/backward pair.
 
     ``forward(ctx, *args)`` takes the graph inputs (tensors and SymInts) and returns the
     forward outputs (mutated inputs' new values, user outputs, intermediate bases); the
     compiled forward returns those, then ``num_saved_tensors`` saved tensors, then the
     saved SymInts.
-    ``get_bw_fn()`` compiles the backward graph on first call.
+    ``get_bw_fn()`` compiles the backward graph on first call.  ``forward_in_grad_mode``:
+    run the forward graph on detached inputs with grad mode on, for kernels that only
+    produce what their backward needs when it is (oneDNN RNN layers' workspace).
     """
     diff_mask = meta.fw_output_differentiable()
     mutated_data = [i for i in meta.mutated_inputs if meta.inputs[i].mutates_data]
@@ -60,7 +62,11 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[[], Callable], m
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):
-            outs = call_compiled(fw_fn, args)
+            if forward_in_grad_mode:
+                with torch.enable_grad():
+                    outs = call_compiled(fw_fn, [a.detach() if isinstance(a, torch.Tensor) else a for a in args])
+            else:
+                outs = call_compiled(fw_fn, args)
             fw_outs = outs[:num_fw_outs]
             saved = outs[num_fw_outs:num_fw_outs + num_saved_tensors]
             syms = outs[num_fw_outs + num_saved_tensors:]
