@@ -131,8 +131,8 @@ class GuardBuilder:
             return f"{label} {what} mismatch"
         return reason
 
-    def grad_mode(self) -> None:
-        enabled = torch.is_grad_enabled()
+    def grad_mode(self, enabled: bool) -> None:
+        """The global grad mode the frame was captured under."""
         self.add(f"___is_grad_enabled() is {enabled}",
                  lambda L: f"GLOBAL_STATE changed: grad_mode. expected {enabled}")
 

@@ -978,20 +978,36 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     # -- finishing -------------------------------------------------------------------------
     def _leave_grad_mode(self):
-        """The graph ends in the grad mode from before the innermost re-entered contexts."""
+        """The graph ends in the grad mode it started in (so any backend may drop
+        global-state nodes); the grad mode the frame leaves behind — the one from before
+        the contexts re-entered at a break — is set by the transformed code after the
+        graph, as TorchDynamo's epilogue does.  Returns that mode."""
         target = torch.is_grad_enabled()
         grad_ctxs = [c for c in self.active_contexts if isinstance(c, GradModeVariable)]
         if grad_ctxs:
             target = grad_ctxs[0].initial
-        if torch.is_grad_enabled() != target:
-            self.output.create_node("call_function", torch._C._set_grad_enabled, (target,), {})
+        if torch.is_grad_enabled() != self.initial_grad:
+            self.output.create_node("call_function", torch._C._set_grad_enabled, (self.initial_grad,), {})
         for ctx in reversed(self.active_contexts):
             if isinstance(ctx, AutocastVariable):
                 self.output.create_node("call_function", torch.amp.autocast_mode._exit_autocast, (ctx.node,), {})
+        self.leave_grad = target
+
+    def _epilogue(self, side):
+        """Side-effect replay preceded by setting the grad mode the frame leaves behind."""
+        if self.leave_grad == self.initial_grad:
+            return side
+        mode = self.leave_grad
+
+        def apply(rt):
+            torch._C._set_grad_enabled(mode)
+            if side is not None:
+                side(rt)
+        return apply
 
     def _guard(self):
         g = self.output.guards
-        g.grad_mode()
+        g.grad_mode(self.initial_grad)
         sources = self.output.tensor_inputs
         if len(sources) > 1:
             g.add(f"len({{{', '.join(f'id({s})' for s in sources)}}}) == {len(sources)}",
@@ -1032,7 +1048,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         self._leave_grad_mode()
         cg = RuntimeCodegen(self)
         result = cg.recipe(result_vt)
-        side = self.output.side_effects.replay_recipe(cg)
+        side = self._epilogue(self.output.side_effects.replay_recipe(cg))
         if self.output.count_ops() == 0 and side is None:
             fn = self.fn
             return self._entry(lambda L: _call_with_locals(fn, L), None, [])
@@ -1107,7 +1123,7 @@ class InstructionTranslator(InstructionTranslatorBase):
                 if bool(value) == jump_if:
                     return (values + [value] if keep else values), on_jump
                 return values, fall
-        side = self.output.side_effects.replay_recipe(cg)
+        side = self._epilogue(self.output.side_effects.replay_recipe(cg))
         compiled, gm = self.output.compile(self.backend, cg.outputs)
         run = breaking_code(compiled, cg.inputs_getter(), side, stack_recipes, local_recipes, step)
         return self._entry(run, gm, [reason])
@@ -1159,7 +1175,7 @@ class InstructionTranslator(InstructionTranslatorBase):
 
         def step(rt, values):
             return values, resume  # runs natively: not through compile_wrapper
-        side = self.output.side_effects.replay_recipe(cg)
+        side = self._epilogue(self.output.side_effects.replay_recipe(cg))
         compiled, gm = self.output.compile(self.backend, cg.outputs)
         run = breaking_code(compiled, cg.inputs_getter(), side, stack_recipes, local_recipes, step)
         return self._entry(run, gm, [reason])
