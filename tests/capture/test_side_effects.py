@@ -161,3 +161,22 @@ def test_failed_capture_leaves_no_half_applied_state():
     opt = torchkiln.compile(fn, backend=CompileCounter())
     opt(torch.ones(1))
     assert box["n"] == 1
+
+
+def test_set_grad_enabled_as_a_statement_persists_after_the_frame():
+    def fn(x):
+        y = x * x
+        torch.set_grad_enabled(False)
+        return y.clone(), y
+
+    opt, cnt = _compile(fn)
+    x = torch.ones(3, requires_grad=True)
+    try:
+        a, b = opt(x)
+        assert not torch.is_grad_enabled()
+        assert a.grad_fn is None and b.grad_fn is not None
+    finally:
+        torch.set_grad_enabled(True)
+    opt(x)
+    torch.set_grad_enabled(True)
+    assert cnt.frame_count == 1  # the guard holds the grad mode at entry, not at exit
