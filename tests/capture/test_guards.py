@@ -49,8 +49,8 @@ def test_requires_grad_reason_names_expected_one():
 def test_aliasing_between_arguments():
     x = torch.randn(3)
     e = capture(add, x, x)
-    assert "L['y'] is L['x']" in e.guard.code_parts
-    assert reason(e, add, x, torch.randn(3)) == "L['y'] is L['x']"
+    assert "L['x'] is L['y']" in e.guard.code_parts
+    assert reason(e, add, x, torch.randn(3)) == "L['x'] is L['y']"
     e2 = capture(add, x, torch.randn(3))
     assert reason(e2, add, x, x) == "tensor inputs alias each other (duplicate inputs)"
 

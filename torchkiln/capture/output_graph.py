@@ -132,6 +132,7 @@ class OutputGraph:
         from .variables.tensor import SymNodeVariable, TensorVariable
 
         if isinstance(example, torch.Tensor):
+            forbid_data_ptr(example)
             return TensorVariable(node, example)
         if isinstance(example, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             const = example.node.maybe_as_int() if isinstance(example, torch.SymInt) else None
@@ -212,6 +213,13 @@ def _is_impure(node) -> bool:
         return target._schema.is_mutable
     name = getattr(target, "__name__", "")
     return name.endswith("_") and not name.endswith("__")
+
+
+def forbid_data_ptr(fake) -> None:
+    """Reading a fake tensor's data pointer raises (as under torch.compile), not just warns."""
+    setter = getattr(torch._C, "_set_throw_on_mutable_data_ptr", None)
+    if setter is not None:
+        setter(fake)
 
 
 def _contains_graph_value(value) -> bool:

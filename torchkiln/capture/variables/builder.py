@@ -72,7 +72,7 @@ def wrap_tensor(tx, value: torch.Tensor, source: str):
     out = tx.output
     existing = out.id_cache.get(id(value))
     if existing is not None and isinstance(existing, TensorVariable):
-        out.guards.add(f"{source} is {existing.source}")
+        out.guards.add(f"{existing.source} is {source}")
         return existing
     policy = tx.root.dynamic
     dims = [policy.is_dynamic(source, value, d) for d in range(value.dim())]
@@ -84,6 +84,9 @@ def wrap_tensor(tx, value: torch.Tensor, source: str):
         for d, s in enumerate(fake.shape):
             if not isinstance(s, int):
                 out.symbol_sources.setdefault(s.node.expr, (source, d))
+    from ..output_graph import forbid_data_ptr
+
+    forbid_data_ptr(fake)
     node = out.add_placeholder(source, value, fake)
     vt = TensorVariable(node, fake, source, type(value))
     out.guards.tensor_match(source, value, fake)
@@ -127,7 +130,7 @@ def _wrap(tx, value, source):
     if id(value) in out.id_cache:
         existing = out.id_cache[id(value)]
         if getattr(existing, "source", None) is not None and not isinstance(existing, ConstantVariable):
-            g.add(f"{source} is {existing.source}")
+            g.add(f"{existing.source} is {source}")
         return existing
     if type(value) in _SEQ_ITERATORS:
         # A list/tuple iterator (e.g. a for-loop's iterator handed to a resume function):
