@@ -220,3 +220,8 @@ def test_dynamic_dimension_reuses_one_set_of_kernels():
         torch.testing.assert_close(fn(x), torch.softmax(x * 2, -1).sum(0))
     assert counter.frame_count == 1
     assert metrics.graphs_compiled == 1
+
+
+def test_softmax_stores_exp_once_and_reloads_it():
+    c = compile_and_check(lambda x: (torch.softmax(x, -1),), torch.randn(5, 40))
+    assert c.kernel_source.count("std::exp(") == 1

@@ -8,6 +8,7 @@ argmax/argmin run a scalar compare loop (first extreme wins, NaN counts as extre
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import sympy
@@ -15,7 +16,7 @@ import torch
 
 from .. import config
 from ..ir import (
-    Constant, FusedKernel, IndexValue, Load, Masked, Op, Reduce, ReductionValue, Store,
+    Constant, FusedKernel, IndexValue, Load, Loop, Masked, Op, Reduce, ReductionValue, Store,
 )
 from ..printers import cexpr
 
@@ -492,6 +493,75 @@ def _loads(value, seen=None):
         yield from _loads(value.body, seen)
 
 
+def _subexpressions(value, out: dict, seen=None) -> dict:
+    """Every Op/Masked node under ``value`` with its tree size."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return out
+    seen.add(id(value))
+    if isinstance(value, Op):
+        for a in value.args:
+            _subexpressions(a, out, seen)
+        out[value] = 1 + sum(out.get(a, 0) for a in value.args)
+    return out
+
+
+def _replace(value, old, new, memo=None):
+    memo = {} if memo is None else memo
+    if value == old:
+        return new
+    if id(value) in memo:
+        return memo[id(value)]
+    out = value
+    if isinstance(value, Op):
+        args = tuple(_replace(a, old, new, memo) for a in value.args)
+        if args != value.args:
+            out = Op(value.name, args, value.dtype)
+    elif isinstance(value, Masked):
+        out = Masked(value.mask, _replace(value.body, old, new, memo), value.other, value.dtype)
+    memo[id(value)] = out
+    return out
+
+
+def reuse_across_loops(k: FusedKernel) -> FusedKernel:
+    """Softmax's pattern: a reduction loop computes ``e = exp(x - max)`` and a later loop
+    stores ``e / sum`` to ``out``.  Store ``e`` into ``out`` in the first loop and load it
+    back in the later one instead of recomputing it (same dtype: bit-identical).  Valid
+    here because a C++ outer point runs its loops in order; ``out`` must be written by
+    that one store only and read nowhere else in the kernel."""
+    loops = [Loop(lp.reduction, list(lp.body)) for lp in k.loops]
+    dtypes = {b.name: b.dtype for b in k.buffers}
+    loaded = {ld.buffer for lp in loops for st in lp.body for ld in _loads(st.value)}
+    rvars = set(k.reduction_vars)
+    for later in range(len(loops)):
+        if not loops[later].reduction:
+            continue
+        for si, st in enumerate(loops[later].body):
+            if (not isinstance(st, Store) or st.mode or st.indirect or st.buffer in loaded
+                    or not (st.index.free_symbols & rvars)
+                    or sum(1 for lp in loops for t in lp.body if isinstance(t, Store) and t.buffer == st.buffer) != 1):
+                continue
+            mine = _subexpressions(st.value, {})
+            best = None
+            for earlier in range(later):
+                if not loops[earlier].reduction:
+                    continue
+                theirs = {}
+                for t in loops[earlier].body:
+                    _subexpressions(t.value, theirs)
+                for e, size in mine.items():
+                    if e in theirs and e.dtype == dtypes[st.buffer] and size > 1 and (best is None or size > best[2]):
+                        best = (earlier, e, size)
+            if best is None:
+                continue
+            earlier, e, _ = best
+            loops[earlier].body.append(Store(st.buffer, st.index, e))
+            load = Load(st.buffer, st.index, dtypes[st.buffer])
+            loops[later].body = [dataclasses.replace(t, value=_replace(t.value, e, load)) for t in loops[later].body]
+            loaded.add(st.buffer)
+    return dataclasses.replace(k, loops=loops)
+
+
 def render_kernel(kernel: FusedKernel) -> str:
-    return CppKernel(kernel).render()
+    return CppKernel(reuse_across_loops(kernel)).render()
 
