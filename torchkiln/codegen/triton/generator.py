@@ -27,6 +27,8 @@ from ..generators import KernelGenerator
 from .kernel import KernelRenderer
 
 PRELUDE = '''\
+import math  # launchers compute sizes with printers.pexpr (math.ceil, math.floor...)
+
 import triton
 import triton.language as tl
 {libdevice_import}
