@@ -10,6 +10,7 @@ code that runs the graph, replays side effects and continues after graph breaks.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import types
 import warnings
@@ -51,6 +52,12 @@ class CacheEntry:
     break_reasons: list[BreakReason] = dataclasses.field(default_factory=list)
 
 
+@functools.lru_cache(maxsize=1024)
+def _signature(fn, defaults_id, kwdefaults_id) -> inspect.Signature:
+    """``fn``'s signature, cached while its defaults stay the same objects."""
+    return inspect.signature(fn, follow_wrapped=False)
+
+
 def bind_locals(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict:
     """The frame's ``f_locals`` after binding ``args``/``kwargs`` to ``fn``'s parameters.
 
@@ -62,7 +69,7 @@ def bind_locals(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict:
     if not kwargs and code.co_flags & 0x0C == 0 and len(args) == code.co_argcount and not code.co_kwonlyargcount:
         f_locals = dict(zip(code.co_varnames, args))
     else:
-        bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
+        bound = _signature(fn, id(fn.__defaults__), id(fn.__kwdefaults__)).bind(*args, **kwargs)
         bound.apply_defaults()
         f_locals = dict(bound.arguments)
     if fn.__closure__:
