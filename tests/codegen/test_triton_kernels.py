@@ -278,3 +278,15 @@ def test_compile_fx_inner_dispatches_to_triton(device):
         compiled = codegen.compile_fx_inner(gm, fakes)
     assert "_launch(" in compiled.source and "@triton.jit" in compiled.kernel_source
     torch.testing.assert_close(compiled(x)[0], torch.softmax(x.sin(), -1))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_kernel_reads_cpu_scalar_tensor():
+    # eager allows cuda_tensor * cpu_0dim_tensor; the launcher copies the CPU operand over
+    val = Op("mul", L("a", x0), L("c", 0))
+    launch, _ = build("cuda", kernel("k", [s0], [], [ir.Loop(False, [ir.Store("out", x0, val)])],
+                                     [("a", f32, False), ("c", f32, False), ("out", f32, True)], [s0]))
+    a, c = torch.randn(10, device="cuda"), torch.tensor(3.0)
+    out = torch.empty(10, device="cuda")
+    launch(a, c, out, 10)
+    torch.testing.assert_close(out, a * c.cuda())

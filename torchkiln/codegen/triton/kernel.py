@@ -28,6 +28,7 @@ import torch
 
 from .. import ir
 from .merge_dims import index_expressions, merge
+from ..printers import pexpr
 from .printer import texpr
 
 _TL = {
@@ -439,10 +440,15 @@ class KernelRenderer:
         k = self.k
         names = [b.name for b in k.buffers]
         sizes = [str(s) for s in k.size_args]
-        from ..printers import pexpr
-
-        lines = [f"def {k.name}_launch({', '.join(names + sizes)}):",
-                 f"    xnumel = {pexpr(k.numel)}"]
+        lines = [f"def {k.name}_launch({', '.join(names + sizes)}):"]
+        if k.device.type == "cuda":
+            # A graph on CUDA may read CPU tensors (eager allows 0-dim CPU operands);
+            # a GPU kernel cannot, so copy them over.
+            for b in k.buffers:
+                if not b.stored:
+                    lines.append(f"    if {b.name}.device.type == 'cpu':")
+                    lines.append(f"        {b.name} = {b.name}.to({str(k.device)!r})")
+        lines.append(f"    xnumel = {pexpr(k.numel)}")
         args = ", ".join(names + sizes)
         if k.reduction_ranges:
             lines += [f"    rnumel = {pexpr(k.reduction_numel)}",
