@@ -23,6 +23,13 @@ def _reinterpret(base, size, stride, offset):
     return base.as_strided(size, stride, base.storage_offset() + offset)
 
 
+def _restride(t, size, stride):
+    """``t``'s values in a new tensor with ``stride`` (sizes of one dim ignore strides)."""
+    if all(n == 1 or a == b for n, a, b in zip(size, t.stride(), stride)) or t.numel() == 0:
+        return t
+    return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
+
+
 class WrapperCodegen:
     """Builds the wrapper source for a scheduled graph; ``generate()`` returns (source, globals)."""
 
@@ -31,7 +38,7 @@ class WrapperCodegen:
         self.entries = entries
         self.generator = generator
         self.globals = {"torch": torch, "math": math, "empty_strided": torch.empty_strided,
-                        "reinterpret": _reinterpret, **kernel_objects, **graph.constants}
+                        "reinterpret": _reinterpret, "restride": _restride, **kernel_objects, **graph.constants}
         self.lines: list[str] = []
         self._consts: dict = {}
 
@@ -119,10 +126,13 @@ class WrapperCodegen:
                 body.append(self.generator.call(e, e.call_args()))
             elif isinstance(e, MultiOutput):
                 body.append(f"{e.name} = {e.parent.name}" + "".join(f"[{j}]" for j in e.path))
+                body.append(self._check_strides(e))
             else:
                 op = self.const(e.op)
                 args = [self.arg(a) for a in e.args] + [f"{k}={self.arg(v)}" for k, v in e.kwargs.items()]
                 body.append(f"{e.name} = {op}({', '.join(args)})")
+                if e.layout is not None:
+                    body.append(self._check_strides(e))
             dead = sorted(n for n, last in uses.items()
                           if last == i and n not in taken and not isinstance(g.buffers.get(n), InputBuffer))
             if dead:
@@ -133,6 +143,13 @@ class WrapperCodegen:
         body.append("return (" + "".join(o + ", " for o in outs) + ")")
         self.lines += ["    " + line for line in body]
         return "\n".join(self.lines) + "\n", self.globals
+
+    def _check_strides(self, buf) -> str:
+        """Kernels index an extern result with the fake value's strides; if the ATen
+        kernel chose others at run time, copy it into that layout (never read it wrong)."""
+        lay = buf.layout
+        size, stride = self.shape(lay.size), self.shape(lay.stride)
+        return f"if {buf.name}.stride() != {stride}: {buf.name} = restride({buf.name}, {size}, {stride})"
 
     def _plan_reuse(self, uses) -> dict:
         """{new buffer: dead buffer whose storage it takes} (same dtype, device, storage size)."""
