@@ -12,11 +12,10 @@ re-runs them one at a time and names the first failing one the field's way, e.g.
 """
 from __future__ import annotations
 
+import re
+import types
+
 import torch
-
-from ..utils.logging import get_artifact_logger
-
-guards_log = get_artifact_logger("guards")
 
 _DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
                 torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
@@ -145,9 +144,10 @@ class GuardBuilder:
         exec(compile(source, "<torchkiln guard>", "exec"), namespace)
         check = namespace.pop("___guard")
         parts = [(p, eval(f"lambda L: {p.code}", namespace)) for p in self.parts]
-        guard = Guard(check, [p.code for p in self.parts], parts, source)
-        guards_log.debug("GUARDS:\n%s", "\n".join(f"  {c}" for c in guard.code_parts))
-        return guard
+        for p in self.parts:
+            p.shown = re.sub(r"___c\d+", lambda m: _pretty(namespace.get(m.group(0))), p.code)
+            p.shown = p.shown.replace("___Tensor", "torch.Tensor").replace("___is_grad_enabled", "torch.is_grad_enabled")
+        return Guard(check, [p.shown for p in self.parts], parts, source)
 
 
 class Guard:
@@ -175,7 +175,7 @@ class Guard:
     def failure_reason(self, f_locals) -> str | None:
         """The first failing part, worded as torch's recompile reasons; None if all pass."""
         for part in self._failing(f_locals):
-            return part.reason(f_locals) if part.reason else part.code
+            return part.reason(f_locals) if part.reason else part.shown
         return None
 
     def size_failures(self, f_locals) -> dict[str, set[int]] | None:
@@ -210,6 +210,18 @@ class Guard:
 
     def __str__(self):
         return self.source_text or "True"
+
+
+def _pretty(value) -> str:
+    """How a guarded constant prints in ``code_parts`` (the generated code names it ``___cN``)."""
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}" if value.__module__ != "builtins" else value.__qualname__
+    if isinstance(value, types.CodeType):
+        return f"<code {value.co_name}>"
+    if isinstance(value, types.FunctionType):
+        return f"<function {value.__qualname__}>"
+    text = str(value) if isinstance(value, torch.dtype) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _expected_sizes(code: str):
