@@ -523,6 +523,18 @@ def _replace(value, old, new, memo=None):
     return out
 
 
+_EXPENSIVE = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan tanh erf erfc sigmoid pow truediv "
+                       "sqrt rsqrt atan2 asin acos atan sinh cosh".split())
+
+
+def _cost(values) -> int:
+    """Rough cost of computing ``values`` once (transcendentals and division count 10)."""
+    subs: dict = {}
+    for v in values:
+        _subexpressions(v, subs)
+    return sum(10 if e.name in _EXPENSIVE else 1 for e in subs)
+
+
 def reuse_across_loops(k: FusedKernel) -> FusedKernel:
     """Softmax's pattern: a reduction loop computes ``e = exp(x - max)`` and a later loop
     stores ``e / sum`` to ``out``.  Store ``e`` into ``out`` in the first loop and load it
@@ -550,8 +562,11 @@ def reuse_across_loops(k: FusedKernel) -> FusedKernel:
                 for t in loops[earlier].body:
                     _subexpressions(t.value, theirs)
                 for e, size in mine.items():
-                    if e in theirs and e.dtype == dtypes[st.buffer] and size > 1 and (best is None or size > best[2]):
-                        best = (earlier, e, size)
+                    if e in theirs and e.dtype == dtypes[st.buffer] and size > 1:
+                        load = Load(st.buffer, st.index, dtypes[st.buffer])
+                        cost = _cost([_replace(t.value, e, load) for t in loops[later].body])
+                        if best is None or cost < best[2]:
+                            best = (earlier, e, cost)
             if best is None:
                 continue
             earlier, e, _ = best
