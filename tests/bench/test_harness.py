@@ -31,6 +31,7 @@ def test_identity_compiler_is_ok(mode):
     row = measure("mlp", mode, OPTS, isolate=False, compile_fn=lambda m: m)
     assert row["status"] == "ok", row.get("error")
     assert row["max_abs_err"] == 0.0
+    assert row["ms_iqr"] >= 0 and row["eager_ms_iqr"] >= 0
     for key in ("eager_ms", "ms", "speedup", "compile_cold_s", "compile_warm_s", "peak_mb", "eager_peak_mb"):
         assert row[key] > 0, key
 

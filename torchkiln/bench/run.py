@@ -210,6 +210,9 @@ def _time_interleaved(steps: dict[str, _Step], row: dict, opts: Options) -> None
                 samples[prefix].append(seconds)
     for prefix in live:
         row[f"{prefix}ms"] = 1e3 * statistics.median(samples[prefix])
+        if len(samples[prefix]) >= 2:  # the spread, to judge the noise of the machine
+            q1, _, q3 = statistics.quantiles(samples[prefix], n=4)
+            row[f"{prefix}ms_iqr"] = 1e3 * (q3 - q1)
 
 
 def _peak_memory(prefix: str, step: _Step, row: dict, opts: Options) -> None:
