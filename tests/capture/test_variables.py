@@ -185,3 +185,22 @@ def test_inspect_signature_of_known_callables():
         return x * n
 
     check(f, randn(2), frames=1)
+
+
+def test_allow_in_graph_function_is_one_graph_call():
+    import torchkiln
+    from torchkiln.testing import CompileCounter, same
+
+    def opaque(x):
+        return x.sin() * 2  # not traced into: one call_function node
+
+    torchkiln.allow_in_graph(opaque)
+
+    def f(x):
+        return opaque(x + 1) - 1
+
+    torchkiln.reset()
+    cnt = CompileCounter()
+    x = randn(3)
+    assert same(torchkiln.compile(f, backend=cnt, fullgraph=True)(x), f(x))
+    assert cnt.frame_count == 1 and cnt.op_count == 3
