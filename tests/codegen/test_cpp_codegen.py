@@ -226,3 +226,11 @@ def test_softmax_stores_exp_once_and_reloads_it():
     c = compile_and_check(lambda x: (torch.softmax(x, -1),), torch.randn(5, 40))
     kernels = c.kernel_source.split('extern "C" void kernel', 1)[1]
     assert kernels.count("std::exp(") == 1
+
+
+def test_inputs_with_other_strides_than_traced_are_read_correctly():
+    x = torch.randn(4, 8)
+    gm = make_fx(lambda a: (a * 2 + 1,))(x)
+    compiled = compile_fx_inner(gm, [x])
+    for y in (torch.randn(8, 4).t(), torch.ones(1).expand(4, 8), torch.randn(4, 16)[:, ::2]):
+        torch.testing.assert_close(compiled(y)[0], y * 2 + 1)

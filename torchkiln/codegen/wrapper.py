@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from .ir import FusedKernel
-from .nodes import Buffer, ComputedBuffer, InputBuffer, MultiOutput, ReinterpretView
+from .nodes import Buffer, ComputedBuffer, InputBuffer, MultiOutput, MutationBuffer, ReinterpretView
 from .printers import pexpr
 
 
@@ -111,6 +111,16 @@ class WrapperCodegen:
         body = []
         for sym, src in g.symbol_sources.items():
             body.append(f"{sym} = {src}")
+        mutated = {b.target.name for b in g.buffers.values() if isinstance(b, MutationBuffer)}
+        for name, buf in g.inputs:
+            if isinstance(buf, InputBuffer) and any(n != 1 for n in buf.layout.size):
+                # kernels index inputs with the fake strides: never read another layout
+                stride = self.shape(buf.layout.stride)
+                if name in mutated:
+                    body.append(f"assert {name}.stride() == {stride} or {name}.numel() <= 1, 'unexpected strides'")
+                else:
+                    body.append(f"if {name}.stride() != {stride}: "
+                                f"{name} = restride({name}, {self.shape(buf.layout.size)}, {stride})")
         body += self.generator.prologue([e for e in self.entries if isinstance(e, FusedKernel)])
         uses = self._uses()
         reuse = self._plan_reuse(uses)
