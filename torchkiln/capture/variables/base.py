@@ -123,7 +123,8 @@ class ConstantVariable(VariableTracker):
 
 
 class MethodVariable(VariableTracker):
-    """``obj.name`` for a method of a container tracker, called through ``call_method``."""
+    """``obj.name``, a method of a tensor or container tracker looked up but not yet called;
+    calling it goes through ``obj.call_method``."""
 
     def __init__(self, obj, name):
         self.obj = obj

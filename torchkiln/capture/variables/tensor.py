@@ -60,9 +60,9 @@ class TensorVariable(VariableTracker):
         if name in ("T", "mT", "H", "mH", "real", "imag", "data"):
             return tx.output.call_function(tx, getattr, [self, ConstantVariable(name)], {})
         if callable(getattr(torch.Tensor, name, None)):
-            from .torch_fns import TensorMethodVariable
+            from .base import MethodVariable
 
-            return TensorMethodVariable(self, name)
+            return MethodVariable(self, name)
         unsupported(f"Tensor attribute {name}")
 
     def call_method(self, tx, name, args, kwargs):

@@ -122,18 +122,3 @@ class TorchVariable(VariableTracker):
     def __repr__(self):
         return f"TorchVariable({getattr(self.value, '__name__', self.value)})"
 
-
-class TensorMethodVariable(VariableTracker):
-    """``tensor.method`` looked up but not yet called."""
-
-    def __init__(self, tensor_vt, name):
-        self.tensor_vt = tensor_vt
-        self.name = name
-
-    def call_function(self, tx, args, kwargs):
-        return self.tensor_vt.call_method(tx, self.name, args, kwargs)
-
-    def reconstruct(self, cg):
-        t = cg.recipe(self.tensor_vt)
-        name = self.name
-        return lambda rt: getattr(t(rt), name)
