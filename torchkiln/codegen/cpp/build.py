@@ -42,14 +42,17 @@ def _compiler_id(cxx: str) -> str:
 
 @functools.lru_cache(None)
 def _host_cpu() -> str:
+    """The CPU model and its instruction-set flags (a VM may hide some of the model's)."""
+    found = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith(("model name", "flags")):
-                    return line.strip()
+                key = line.split(":", 1)[0].strip()
+                if key in ("model name", "flags", "Features") and key not in found:
+                    found[key] = line.strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return "\n".join(found.values()) or platform.processor() or platform.machine()
 
 
 def flags() -> list[str]:
