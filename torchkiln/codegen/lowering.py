@@ -769,17 +769,21 @@ def cat(tensors, dim=0):
     loaders = [t.make_loader() for t in parts]
 
     def inner(idx):
+        # part k is read only where starts[k] <= idx[dim] < its end: elsewhere its index
+        # (idx[dim] - starts[k]) is outside the part, and a GPU load there can fault
+        pos = IndexValue(idx[dim], torch.int64)
         value = None
         for k in reversed(range(len(parts))):
             sub = list(idx)
             sub[dim] = idx[dim] - starts[k]
             body = cast(loaders[k](sub), odt)
-            if value is None:
-                value = body
-                continue
-            end = starts[k] + parts[k].get_size()[dim]
-            mask = Op("lt", (IndexValue(idx[dim], torch.int64), IndexValue(end, torch.int64)), torch.bool)
-            value = Op("where", (mask, Masked(mask, body, _zero(odt), odt), value), odt)
+            below = Op("lt", (pos, IndexValue(starts[k] + parts[k].get_size()[dim], torch.int64)), torch.bool)
+            above = Op("ge", (pos, IndexValue(starts[k], torch.int64)), torch.bool)
+            inside = [m for m, need in ((above, k > 0), (below, k < len(parts) - 1)) if need]
+            if inside:
+                mask = inside[0] if len(inside) == 1 else Op("logical_and", tuple(inside), torch.bool)
+                body = Masked(mask, body, _zero(odt), odt)
+            value = body if value is None else Op("where", (below, body, value), odt)
         return value if value is not None else _zero(odt)
 
     return TensorBox(Pointwise(size, odt, device(), inner))
