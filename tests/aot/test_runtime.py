@@ -198,3 +198,23 @@ def test_aot_module_simplified_lifts_attribute_parameters():
     with torch.no_grad():
         lin.weight.mul_(2)  # the current parameter values are used on every call
     torch.testing.assert_close(f(x)[0], gm(x))
+
+
+def test_captured_graph_compiled_in_its_entry_grad_mode():
+    # Captured graphs end in the grad mode they start in; if the backend is called in
+    # another mode, aot compiles for the mode the graph runs in.
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    mul = g.call_function(torch.mul, (x, x))
+    g.call_function(torch._C._set_grad_enabled, (False,))
+    clone = g.call_method("clone", (mul,))
+    g.call_function(torch._C._set_grad_enabled, (True,))
+    g.output((clone, mul))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    x = torch.ones(3, requires_grad=True) * 3
+    with torch.no_grad():
+        f = aot_module_simplified(gm, [x], nop)
+    a, b = f(x)
+    assert torch.is_grad_enabled()
+    assert a.grad_fn is None and b.grad_fn is not None
+    b.sum().backward()

@@ -125,7 +125,13 @@ def aot_module_simplified(gm: torch.nn.Module, example_inputs: list, fw_compiler
             out = gm(*args)
         return out if isinstance(out, (list, tuple)) else (out,)
 
-    runtime = aot_dispatch_flat(flat_fn, list(named.values()) + list(example_inputs), aot_config, evs)
+    flat_args = list(named.values()) + list(example_inputs)
+    runtime = aot_dispatch_flat(flat_fn, flat_args, aot_config, evs)
+    if runtime.meta.grad_enabled_after is not None:
+        # A captured graph ends in the grad mode it starts in (docs/interfaces.md); one that
+        # does not was handed over in another grad mode than the one it runs in.
+        with torch.set_grad_enabled(runtime.meta.grad_enabled_after):
+            runtime = aot_dispatch_flat(flat_fn, flat_args, aot_config, evs)
 
     def forward(*args):
         if names:

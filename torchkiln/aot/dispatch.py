@@ -83,6 +83,7 @@ def create_aot_dispatcher(fn: Callable, fake_args: list, fake_mode, aot_config: 
             return list(fn(*args))
         return runtime(*args)
 
+    checked_runtime.meta = runtime.meta
     return checked_runtime
 
 
@@ -207,6 +208,7 @@ def aot_dispatch_flat(fn: Callable, args: list, aot_config: AOTConfig, example_v
         return runtime(*[call_args[i] for i in keep])
 
     dedup_runtime.guards_hold = guards_hold
+    dedup_runtime.meta = runtime.meta
     return dedup_runtime
 
 
