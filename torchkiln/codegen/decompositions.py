@@ -18,10 +18,19 @@ EXTRA = [
 ]
 
 
+# Core-ATen decompositions that must not be used.  The CPU flash-attention one returns the
+# attention weights where the real op returns logsumexp; autograd saves that output for
+# the op's own backward kernel, so decomposing it gives silently wrong gradients.  The op
+# stays an extern kernel (its backward too), as torch's own backend does.
+EXCLUDE = [aten._scaled_dot_product_flash_attention_for_cpu.default]
+
+
 @functools.lru_cache(None)
 def _table():
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(EXTRA))
+    for op in EXCLUDE:
+        table.pop(op, None)
     return table
 
 
