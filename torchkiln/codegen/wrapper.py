@@ -156,10 +156,13 @@ class WrapperCodegen:
 
     def _check_strides(self, buf) -> str:
         """Kernels index an extern result with the fake value's strides; if the ATen
-        kernel chose others at run time, copy it into that layout (never read it wrong)."""
+        kernel chose others at run time, copy it into that layout (never read it wrong).
+        An ATen kernel may return an undefined tensor (None) for an output its fake
+        kernel describes as empty, e.g. the RNN workspace in inference."""
         lay = buf.layout
         size, stride = self.shape(lay.size), self.shape(lay.stride)
-        return f"if {buf.name}.stride() != {stride}: {buf.name} = restride({buf.name}, {size}, {stride})"
+        return (f"if {buf.name} is not None and {buf.name}.stride() != {stride}: "
+                f"{buf.name} = restride({buf.name}, {size}, {stride})")
 
     def _plan_reuse(self, uses) -> dict:
         """{new buffer: dead buffer whose storage it takes} (same dtype, device, storage size)."""
