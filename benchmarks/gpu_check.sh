@@ -17,6 +17,11 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  timeout 240 python3 benchmarks/codegen_bench.py --device cuda 2>&1 | tail -n 40 > "$OUT/codegen_bench.txt"; cat "$OUT/codegen_bench.txt"
-  timeout 300 python3 -m torchkiln.cli bench --device cuda --peer 2>&1 | tail -n 60 > "$OUT/bench.txt"; cat "$OUT/bench.txt"
+  timeout 120 python3 benchmarks/capture_overhead.py > "$OUT/capture_overhead.txt" 2>&1; cat "$OUT/capture_overhead.txt"
+  timeout 200 python3 benchmarks/codegen_bench.py --device cuda --json "$OUT/codegen_bench.json" > "$OUT/codegen_bench.txt" 2>&1; tail -n 20 "$OUT/codegen_bench.txt"
+fi
+if [ "$what" = suite ] || [ "$what" = all ]; then
+  # The model suite with the peer; MODELS narrows it to fit one device call.
+  timeout 540 python3 -m torchkiln.cli bench --device cuda --peer ${MODELS:+--models $MODELS} --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
+  tail -n 45 "$OUT/bench.txt"
 fi
