@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched GPU session (run by hand through the device tool): the test suite on a CUDA
 # machine (Python 3.12, torch 2.11, Triton 3.6) and the benchmarks, logs under $OUT.
-# Usage: bash benchmarks/gpu_check.sh [tests|bench|all]
+# Usage: bash benchmarks/gpu_check.sh [tests|bench|suite|all]   (MODELS=a,b narrows the suite)
 set -u
 what=${1:-all}
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
