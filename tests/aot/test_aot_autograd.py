@@ -797,8 +797,6 @@ class AotAutogradFallbackTests(TestCase):
                 with ctx():
                     torchkiln.compile(f, backend="eager", fullgraph=True)(x)
 
-    @pytest.mark.xfail(reason="capture: with fullgraph=True a backend error is swallowed (suppress_errors) and the "
-                              "graph runs eagerly; aot itself raises 'Cannot access data pointer' here", strict=True)
     def test_data_ptr_access_fails_in_backward(self):
         with torch.library._scoped_library("mylib", "FRAGMENT") as lib:
             torch.library.define("mylib::foo", "(Tensor x) -> Tensor", lib=lib)

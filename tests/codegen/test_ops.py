@@ -250,7 +250,7 @@ case("softmax_large", lambda x: torch.softmax(x, -1), T((2, 2500)), triton=True)
 case("layer_norm", lambda x, w, b: F.layer_norm(x, (7,), w, b), R, T((7,)), T((7,)), dtypes=HALF, triton=True)
 case("layer_norm_2d", lambda x: F.layer_norm(x, (5, 7)), R)
 case("layer_norm_gelu", lambda x, w, b: F.gelu(F.layer_norm(x, (7,), w, b)), R, T((7,)), T((7,)), triton=True)
-case("attention_mask_softmax", lambda s: torch.softmax(s.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")), -1),
+case("attention_mask_softmax", lambda s: torch.softmax(s.masked_fill(~torch.ones(5, 5, dtype=torch.bool, device=s.device).tril(), float("-inf")), -1),
      T((2, 5, 5)), dtypes=(f32, bf16), triton=True)
 case("rms_norm_manual", lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, R, T((7,)))
 

@@ -169,8 +169,13 @@ class OutputGraph:
     def count_ops(self) -> int:
         return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
 
-    def compile(self, backend, output_vts):
+    def compile(self, backend, output_vts, fullgraph=False):
         """Add the output node (a tuple of ``output_vts``) and compile with ``backend``.
+
+        A backend that raises falls back to running the graph eagerly with one warning,
+        unless ``config.suppress_errors`` is False or ``fullgraph`` is True: then
+        :class:`BackendCompilerFailed` (a RuntimeError naming the backend and the
+        original error) reaches the user, as under torch.compile.
 
         Returns ``(compiled_fn, gm)``; graphs without ops are run as they are and not
         counted (torch does not call the backend for them either).
@@ -188,7 +193,7 @@ class OutputGraph:
             compiled = backend(gm, example_inputs)
         except Exception as e:  # noqa: BLE001
             name = getattr(backend, "__name__", type(backend).__name__)
-            if not config.suppress_errors:
+            if fullgraph or not config.suppress_errors:
                 raise BackendCompilerFailed(name, e) from e
             warnings.warn(f"torchkiln: backend {name!r} raised {type(e).__name__}: {e}; running the graph eagerly")
             compiled = gm.forward

@@ -1052,7 +1052,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         if self.output.count_ops() == 0 and side is None:
             fn = self.fn
             return self._entry(lambda L: _call_with_locals(fn, L), None, [])
-        compiled, gm = self.output.compile(self.backend, cg.outputs)
+        compiled, gm = self.output.compile(self.backend, cg.outputs, self.fullgraph)
         return self._entry(returning_code(compiled, cg.inputs_getter(), side, result), gm, [])
 
     def finish_break(self, ip):
@@ -1124,7 +1124,7 @@ class InstructionTranslator(InstructionTranslatorBase):
                     return (values + [value] if keep else values), on_jump
                 return values, fall
         side = self._epilogue(self.output.side_effects.replay_recipe(cg))
-        compiled, gm = self.output.compile(self.backend, cg.outputs)
+        compiled, gm = self.output.compile(self.backend, cg.outputs, self.fullgraph)
         run = breaking_code(compiled, cg.inputs_getter(), side, stack_recipes, local_recipes, step)
         return self._entry(run, gm, [reason])
 
@@ -1176,7 +1176,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         def step(rt, values):
             return values, resume  # runs natively: not through compile_wrapper
         side = self._epilogue(self.output.side_effects.replay_recipe(cg))
-        compiled, gm = self.output.compile(self.backend, cg.outputs)
+        compiled, gm = self.output.compile(self.backend, cg.outputs, self.fullgraph)
         run = breaking_code(compiled, cg.inputs_getter(), side, stack_recipes, local_recipes, step)
         return self._entry(run, gm, [reason])
 
