@@ -8,11 +8,11 @@ result against eager and prints speedups and compile times (``torchkiln bench -h
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import signal
 import sys
 import time
+from .utils.paths import cache_dir
 
 BENCH_EPILOG = """\
 exit status: 0 when every row is ok or skipped; 1 when any row is a mismatch or an
@@ -23,14 +23,6 @@ Each model and mode runs in two fresh subprocesses: a cold one (empty caches: co
 time, correctness, steady-state times) and a warm one (the caches kept: compile time,
 correctness again, peak memory).  Times are medians of --repeat steps, eager and
 compiled interleaved, with torch.set_num_threads(--threads)."""
-
-
-def default_cache_dir() -> str:
-    """``$TORCHKILN_CACHE_DIR``, else ``$XDG_CACHE_HOME/torchkiln``, else ``~/.cache/torchkiln``."""
-    if os.environ.get("TORCHKILN_CACHE_DIR"):
-        return os.environ["TORCHKILN_CACHE_DIR"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "torchkiln")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -162,14 +154,12 @@ def _explain(args) -> int:
 
 
 def _cache(args) -> int:
-    path = default_cache_dir()
+    path = cache_dir()
     if args.action == "dir":
         print(path)
-    elif os.path.isdir(path):
+    else:
         shutil.rmtree(path)
         print(f"removed {path}")
-    else:
-        print(f"nothing to remove: {path} does not exist")
     return 0
 
 

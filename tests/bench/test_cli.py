@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from torchkiln.cli import default_cache_dir, main
+from torchkiln.cli import main
+from torchkiln.utils.paths import cache_dir
 
 
 def test_list(capsys):
@@ -38,7 +39,7 @@ def test_unknown_model_fails(capsys):
 def test_cache_dir(monkeypatch, tmp_path, capsys):
     monkeypatch.delenv("TORCHKILN_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert default_cache_dir() == str(tmp_path / "torchkiln")
+    assert cache_dir() == str(tmp_path / "torchkiln")
     monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path / "c"))
     (tmp_path / "c").mkdir()
     assert main(["cache", "dir"]) == 0

@@ -20,18 +20,9 @@ import tempfile
 from filelock import FileLock
 
 from ...utils.counters import counters
+from ...utils.paths import cache_dir
 from .. import config
 from . import vecmath
-
-
-def cache_dir() -> str:
-    root = os.environ.get("TORCHKILN_CACHE_DIR")
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(xdg, "torchkiln")
-    path = os.path.join(root, "cpp")
-    os.makedirs(path, exist_ok=True)
-    return path
 
 
 @functools.lru_cache(None)
@@ -71,7 +62,7 @@ def build(source: str):
     if config.cpp_march_native:
         key_parts.append(_host_cpu())
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:40]
-    directory = cache_dir()
+    directory = cache_dir("cpp")
     so_path = os.path.join(directory, f"{key}.so")
     if os.path.exists(so_path):
         counters["inductor"]["cpp_cache_hit"] += 1

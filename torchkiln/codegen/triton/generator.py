@@ -23,6 +23,7 @@ import sys
 
 import torch
 
+from ...utils.paths import cache_dir
 from ..generators import KernelGenerator
 from .kernel import KernelRenderer
 
@@ -99,14 +100,6 @@ def kiln_argmin(a, ai, b, bi):
 '''
 
 
-def cache_dir() -> str:
-    """``$TORCHKILN_CACHE_DIR``, else ``$XDG_CACHE_HOME/torchkiln``, else ``~/.cache/torchkiln``."""
-    if os.environ.get("TORCHKILN_CACHE_DIR"):
-        return os.environ["TORCHKILN_CACHE_DIR"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "torchkiln")
-
-
 def interpreter_active() -> bool:
     """Whether triton was imported in interpreter mode (``TRITON_INTERPRET=1``)."""
     import triton.language as tl
@@ -121,8 +114,7 @@ def load_module(source: str):
     name = f"torchkiln_triton_{key}"
     if name in sys.modules:
         return sys.modules[name]
-    directory = os.path.join(cache_dir(), "triton")
-    os.makedirs(directory, exist_ok=True)
+    directory = cache_dir("triton")
     path = os.path.join(directory, f"{key}.py")
     if not os.path.exists(path):
         tmp = f"{path}.{os.getpid()}.tmp"
