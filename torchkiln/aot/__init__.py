@@ -1,7 +1,7 @@
 """AOT autograd: forward and backward ATen graphs, functionalized and partitioned,
 behind a runtime wrapper (the AOTAutograd part of torch.compile).
 
-Public names mirror ``torch._functorch.aot_autograd`` / ``functorch.compile``.
+Public names mirror those of PyTorch's own AOT autograd (``functorch.compile``).
 """
 from __future__ import annotations
 

@@ -164,12 +164,10 @@ class Reduction(IRNode):
         return self.size
 
 
-class Buffer(IRNode):
-    """A tensor in memory, named in the wrapper."""
+class _InMemory(IRNode):
+    """A node read from memory named ``self.name`` through ``self.layout``."""
 
-    def __init__(self, name: str, layout: Layout) -> None:
-        self.name = name
-        self.layout = layout
+    layout: Layout
 
     @property
     def dtype(self):
@@ -185,6 +183,14 @@ class Buffer(IRNode):
     def make_loader(self):
         name, layout = self.name, self.layout
         return lambda idx: Load(name, layout.index(idx), layout.dtype)
+
+
+class Buffer(_InMemory):
+    """A tensor in memory, named in the wrapper."""
+
+    def __init__(self, name: str, layout: Layout) -> None:
+        self.name = name
+        self.layout = layout
 
     def __repr__(self):
         return f"{type(self).__name__}({self.name})"
@@ -255,7 +261,7 @@ class MultiOutput(Buffer):
         self.path = path
 
 
-class ReinterpretView(IRNode):
+class ReinterpretView(_InMemory):
     """A strided alias of ``base`` with its own layout (offset relative to base's data)."""
 
     def __init__(self, base: Buffer, layout: Layout) -> None:
@@ -263,23 +269,8 @@ class ReinterpretView(IRNode):
         self.layout = layout
 
     @property
-    def dtype(self):
-        return self.layout.dtype
-
-    @property
-    def device(self):
-        return self.layout.device
-
-    @property
     def name(self):
         return self.base.name
-
-    def get_size(self):
-        return self.layout.size
-
-    def make_loader(self):
-        name, layout = self.base.name, self.layout
-        return lambda idx: Load(name, layout.index(idx), layout.dtype)
 
 
 class View(IRNode):

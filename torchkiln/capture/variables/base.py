@@ -67,9 +67,8 @@ class VariableTracker:
         return f"{type(self).__name__}()"
 
 
-class ConstantVariable(VariableTracker):
-    """An immutable Python value: None, bool, int, float, str, bytes, dtype, device,
-    slice, Ellipsis, enum members, types and other values treated as constants."""
+class ValueVariable(VariableTracker):
+    """A tracker standing for one known Python object, ``value`` (read from ``source``)."""
 
     def __init__(self, value, source=None):
         self.value = value
@@ -83,6 +82,11 @@ class ConstantVariable(VariableTracker):
 
     def is_python_constant(self):
         return True
+
+
+class ConstantVariable(ValueVariable):
+    """An immutable Python value: None, bool, int, float, str, bytes, dtype, device,
+    slice, Ellipsis, enum members, types and other values treated as constants."""
 
     def truth(self, tx):
         return bool(self.value)

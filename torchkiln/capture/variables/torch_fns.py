@@ -11,7 +11,7 @@ import types
 
 import torch
 
-from .base import ConstantVariable, VariableTracker, unsupported
+from .base import ConstantVariable, ValueVariable, unsupported
 
 
 def _maybe(path):
@@ -67,21 +67,8 @@ def is_torch_function(value) -> bool:
     return False
 
 
-class TorchVariable(VariableTracker):
+class TorchVariable(ValueVariable):
     """A torch function, ``torch.nn.functional`` function, ATen op or Tensor method."""
-
-    def __init__(self, value, source=None):
-        self.value = value
-        self.source = source
-
-    def python_type(self):
-        return type(self.value)
-
-    def as_python_constant(self):
-        return self.value
-
-    def is_python_constant(self):
-        return True
 
     def reconstruct(self, cg):
         value = self.value

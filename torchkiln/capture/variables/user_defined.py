@@ -18,7 +18,7 @@ import types
 import torch
 
 from ..source import attr_source
-from .base import ConstantVariable, MethodVariable, VariableTracker, unsupported
+from .base import ConstantVariable, MethodVariable, ValueVariable, VariableTracker, unsupported
 
 _MISSING = object()
 
@@ -121,22 +121,9 @@ def unpack_user_sequence(tx, vt, cls):
     unsupported(f"iterating a {cls.__name__} object")
 
 
-class UserDefinedClassVariable(VariableTracker):
+class UserDefinedClassVariable(ValueVariable):
     """A class; calling it builds namedtuples, dataclasses, ModelOutputs, grad-mode and
     autocast contexts, or a fresh user object whose ``__init__`` is inlined."""
-
-    def __init__(self, value, source=None):
-        self.value = value
-        self.source = source
-
-    def python_type(self):
-        return type(self.value)
-
-    def as_python_constant(self):
-        return self.value
-
-    def is_python_constant(self):
-        return True
 
     def reconstruct(self, cg):
         if self.source is not None:
