@@ -225,7 +225,7 @@ def test_dynamic_dimension_reuses_one_set_of_kernels():
 def test_softmax_stores_exp_once_and_reloads_it():
     c = compile_and_check(lambda x: (torch.softmax(x, -1),), torch.randn(5, 40))
     kernels = c.kernel_source.split('extern "C" void kernel', 1)[1]
-    assert kernels.count("std::exp(") == 1
+    assert kernels.count("kiln::exp(") == 1
 
 
 def test_inputs_with_other_strides_than_traced_are_read_correctly():

@@ -235,21 +235,21 @@ class CppPrinter(ExprPrinter):
     def minimum(self, args):
         out = args[0]
         for a in args[1:]:
-            out = f"std::min<int64_t>({out}, {a})"
+            out = f"kiln::min<int64_t>({out}, {a})"
         return out
 
     def maximum(self, args):
         out = args[0]
         for a in args[1:]:
-            out = f"std::max<int64_t>({out}, {a})"
+            out = f"kiln::max<int64_t>({out}, {a})"
         return out
 
     def call(self, fn, args):
         if fn == "abs":
             return f"kiln_abs({args[0]})"
         if fn == "round":
-            return f"std::nearbyint({args[0]})"
-        return f"std::{fn}({', '.join(args)})"
+            return f"kiln::nearbyint({args[0]})"
+        return f"kiln::{fn}({', '.join(args)})"
 
     def to_float(self, a):
         return f"static_cast<double>({a})"
@@ -263,9 +263,9 @@ class CppPrinter(ExprPrinter):
     def literal_float(self, x):
         x = float(x)
         if x != x:
-            return "std::numeric_limits<double>::quiet_NaN()"
+            return "kiln::limits<double>::quiet_NaN()"
         if x in (float("inf"), float("-inf")):
-            return ("-" if x < 0 else "") + "std::numeric_limits<double>::infinity()"
+            return ("-" if x < 0 else "") + "kiln::limits<double>::infinity()"
         return repr(x)
 
 

@@ -46,33 +46,33 @@ def literal(value, dtype: torch.dtype) -> str:
     if dtype.is_floating_point:
         v = float(value)
         if math.isnan(v):
-            return f"std::numeric_limits<{t}>::quiet_NaN()"
+            return f"kiln::limits<{t}>::quiet_NaN()"
         if math.isinf(v):
-            return ("-" if v < 0 else "") + f"std::numeric_limits<{t}>::infinity()"
+            return ("-" if v < 0 else "") + f"kiln::limits<{t}>::infinity()"
         return f"static_cast<{t}>({v!r})"
     return f"static_cast<{t}>({int(value)}LL)"
 
 
 _UNARY = {
-    "neg": "(-{0})", "exp": "std::exp({0})", "exp2": "std::exp2({0})", "expm1": "std::expm1({0})",
-    "log": "std::log({0})", "log2": "std::log2({0})", "log10": "std::log10({0})", "log1p": "std::log1p({0})",
-    "sqrt": "std::sqrt({0})", "sin": "kiln_sin({0})", "cos": "kiln_cos({0})", "tan": "std::tan({0})",
-    "asin": "std::asin({0})", "acos": "std::acos({0})", "atan": "std::atan({0})", "sinh": "std::sinh({0})",
-    "cosh": "std::cosh({0})", "tanh": "std::tanh({0})", "asinh": "std::asinh({0})", "acosh": "std::acosh({0})",
-    "atanh": "std::atanh({0})", "erf": "std::erf({0})", "erfc": "std::erfc({0})", "floor": "std::floor({0})",
-    "ceil": "std::ceil({0})", "round": "std::nearbyint({0})", "trunc": "std::trunc({0})",
-    "signbit": "std::signbit({0})", "isnan": "({0} != {0})", "isinf": "std::isinf({0})",
-    "isfinite": "std::isfinite({0})", "logical_not": "(!{0})", "lgamma": "std::lgamma({0})",
-    "sign": "kiln_sign({0})", "sigmoid": "kiln_sigmoid({0})",
+    "neg": "(-{0})", "exp": "kiln::exp({0})", "exp2": "kiln::exp2({0})", "expm1": "kiln::expm1({0})",
+    "log": "kiln::log({0})", "log2": "kiln::log2({0})", "log10": "kiln::log10({0})", "log1p": "kiln::log1p({0})",
+    "sqrt": "kiln::sqrt({0})", "sin": "kiln::sin({0})", "cos": "kiln::cos({0})", "tan": "kiln::tan({0})",
+    "asin": "kiln::asin({0})", "acos": "kiln::acos({0})", "atan": "kiln::atan({0})", "sinh": "kiln::sinh({0})",
+    "cosh": "kiln::cosh({0})", "tanh": "kiln::tanh({0})", "asinh": "kiln::asinh({0})", "acosh": "kiln::acosh({0})",
+    "atanh": "kiln::atanh({0})", "erf": "kiln::erf({0})", "erfc": "kiln::erfc({0})", "floor": "kiln::floor({0})",
+    "ceil": "kiln::ceil({0})", "round": "kiln::nearbyint({0})", "trunc": "kiln::trunc({0})",
+    "signbit": "kiln::signbit({0})", "isnan": "({0} != {0})", "isinf": "kiln::isinf({0})",
+    "isfinite": "kiln::isfinite({0})", "logical_not": "(!{0})", "lgamma": "kiln::lgamma({0})",
+    "sign": "kiln_sign({0})", "sigmoid": "kiln::sigmoid({0})",
 }
 _BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})",
-    "atan2": "std::atan2({0}, {1})", "maximum": "kiln_maximum({0}, {1})", "minimum": "kiln_minimum({0}, {1})",
+    "atan2": "kiln::atan2({0}, {1})", "maximum": "kiln_maximum({0}, {1})", "minimum": "kiln_minimum({0}, {1})",
     "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})",
     "ge": "({0} >= {1})", "logical_and": "({0} && {1})", "logical_or": "({0} || {1})",
     "logical_xor": "({0} != {1})", "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})",
     "bitwise_xor": "({0} ^ {1})", "lshift": "({0} << {1})", "rshift": "({0} >> {1})",
-    "copysign": "std::copysign({0}, {1})", "hypot": "std::hypot({0}, {1})",
+    "copysign": "kiln::copysign({0}, {1})", "hypot": "kiln::hypot({0}, {1})",
 }
 
 
@@ -197,27 +197,27 @@ class CppKernel:
         if name == "where":
             return f"({args[0]} ? {args[1]} : {args[2]})"
         if name == "abs":
-            return f"std::abs({args[0]})" if floating else f"kiln_abs({args[0]})"
+            return f"kiln::fabs({args[0]})" if floating else f"kiln_abs({args[0]})"
         if name == "relu":
             return f"({args[0]} < 0 ? static_cast<{vtype(dt)}>(0) : {args[0]})"
         if name == "rsqrt":
-            return f"(static_cast<{vtype(dt)}>(1) / std::sqrt({args[0]}))"
+            return f"(static_cast<{vtype(dt)}>(1) / kiln::sqrt({args[0]}))"
         if name == "reciprocal":
             return f"(static_cast<{vtype(dt)}>(1) / {args[0]})"
         if name == "bitwise_not":
             return f"(!{args[0]})" if adt == torch.bool else f"(~{args[0]})"
         if name == "floordiv":
-            return f"std::floor({args[0]} / {args[1]})" if floating else f"kiln_floordiv({args[0]}, {args[1]})"
+            return f"kiln::floor({args[0]} / {args[1]})" if floating else f"kiln_floordiv({args[0]}, {args[1]})"
         if name == "truncdiv":
-            return f"std::trunc({args[0]} / {args[1]})" if floating else f"({args[0]} / {args[1]})"
+            return f"kiln::trunc({args[0]} / {args[1]})" if floating else f"({args[0]} / {args[1]})"
         if name == "remainder":
             return f"kiln_fremainder({args[0]}, {args[1]})" if floating else f"kiln_mod({args[0]}, {args[1]})"
         if name == "fmod":
-            return f"std::fmod({args[0]}, {args[1]})" if floating else f"({args[0]} % {args[1]})"
+            return f"kiln::fmod({args[0]}, {args[1]})" if floating else f"({args[0]} % {args[1]})"
         if name == "pow":
-            return f"std::pow({args[0]}, {args[1]})" if floating else f"kiln_ipow({args[0]}, {args[1]})"
+            return f"kiln::pow({args[0]}, {args[1]})" if floating else f"kiln_ipow({args[0]}, {args[1]})"
         if name in ("maximum", "minimum") and not floating:
-            return f"std::{name[:3]}<{vtype(dt)}>({args[0]}, {args[1]})"
+            return f"kiln::{name[:3]}<{vtype(dt)}>({args[0]}, {args[1]})"
         if name in _UNARY:
             return _UNARY[name].format(*args)
         if name in _BINARY:
@@ -328,21 +328,21 @@ class CppKernel:
                 self.reductions[r.name] = acc
             elif rt in ("max", "min"):
                 vt = vtype(r.value.dtype)
-                init = ("-" if rt == "max" else "") + (f"std::numeric_limits<{vt}>::infinity()"
+                init = ("-" if rt == "max" else "") + (f"kiln::limits<{vt}>::infinity()"
                                                        if r.value.dtype.is_floating_point else "")
                 if not r.value.dtype.is_floating_point:
-                    init = f"std::numeric_limits<{vt}>::{'lowest' if rt == 'max' else 'max'}()"
+                    init = f"kiln::limits<{vt}>::{'lowest' if rt == 'max' else 'max'}()"
                 scope.lines.append(f"{ind}{vt} {acc} = {init};")
                 scope.lines.append(f"{ind}int {acc}_nan = 0;")
                 clauses.append(f"reduction({rt}:{acc}) reduction(|:{acc}_nan)")
                 fin = f"{acc}_f"
-                after.append(f"{ind}{vt} {fin} = {acc}_nan ? std::numeric_limits<{vt}>::quiet_NaN() : {acc};")
+                after.append(f"{ind}{vt} {fin} = {acc}_nan ? kiln::limits<{vt}>::quiet_NaN() : {acc};")
                 self.reductions[r.name] = fin
             else:
                 vt = vtype(r.value.dtype)
-                init = ("-" if rt == "argmax" else "") + f"std::numeric_limits<{vt}>::infinity()"
+                init = ("-" if rt == "argmax" else "") + f"kiln::limits<{vt}>::infinity()"
                 if not r.value.dtype.is_floating_point:
-                    init = f"std::numeric_limits<{vt}>::{'lowest' if rt == 'argmax' else 'max'}()"
+                    init = f"kiln::limits<{vt}>::{'lowest' if rt == 'argmax' else 'max'}()"
                 scope.lines.append(f"{ind}{vt} {acc}_v = {init};")
                 scope.lines.append(f"{ind}int64_t {acc} = 0;")
                 scope.lines.append(f"{ind}bool {acc}_first = true;")
@@ -401,7 +401,7 @@ class CppKernel:
         for h in head:
             lines.append(indent + h)
             indent += "  "
-        lines.append(f"{indent}const int64_t xe = std::min<int64_t>({n}, xb + {self.TILE});")
+        lines.append(f"{indent}const int64_t xe = kiln::min<int64_t>({n}, xb + {self.TILE});")
         lane = f"[{last} - xb]"
         for loop in k.loops:
             if loop.reduction:
@@ -411,11 +411,11 @@ class CppKernel:
                         init = f"static_cast<{vt}>({self._INIT[r.reduction_type]})"
                         self.reductions[r.name] = f"{r.name}{lane}"
                     else:
-                        init = ("-" if r.reduction_type == "max" else "") + f"std::numeric_limits<{vt}>::infinity()"
+                        init = ("-" if r.reduction_type == "max" else "") + f"kiln::limits<{vt}>::infinity()"
                         if not r.value.dtype.is_floating_point:
-                            init = f"std::numeric_limits<{vt}>::{'lowest' if r.reduction_type == 'max' else 'max'}()"
+                            init = f"kiln::limits<{vt}>::{'lowest' if r.reduction_type == 'max' else 'max'}()"
                         lines.append(f"{indent}int {r.name}_nan[{self.TILE}] = {{0}};")
-                        self.reductions[r.name] = (f"({r.name}_nan{lane} ? std::numeric_limits<{vt}>::quiet_NaN() "
+                        self.reductions[r.name] = (f"({r.name}_nan{lane} ? kiln::limits<{vt}>::quiet_NaN() "
                                                    f": {r.name}{lane})")
                     lines.append(f"{indent}{vt} {r.name}[{self.TILE}];")
                     lines.append(f"{indent}for (int i = 0; i < {self.TILE}; i++) {r.name}[i] = {init};")

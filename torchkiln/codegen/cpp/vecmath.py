@@ -8,7 +8,7 @@ without changing any other floating-point semantics.  A function is declared onl
 when libmvec on this host has its variants for every x86 ISA level (SSE..AVX-512), so
 the declarations never reference a missing symbol.
 
-``sin`` and ``cos`` are called as the C functions (``kiln_sin``/``kiln_cos`` in the
+``sin`` and ``cos`` are called as the C functions (``kiln::sin``/``kiln::cos`` in the
 prelude) and built with ``-fno-builtin-sin*``/``-fno-builtin-cos*``: as builtins, GCC
 merges ``sin(x)`` and ``cos(x)`` of one value into a scalar ``sincos`` call and gives
 up vectorizing the loop (every backward of ``sin`` has both).
