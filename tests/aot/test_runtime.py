@@ -1,4 +1,4 @@
-"""The runtime wrapper: autograd.Function, lazy backward, double backward error, None
+"""The runtime wrapper: autograd.Function, backward compiled ahead of time, double backward error, None
 tangents, non-differentiable outputs, duplicate arguments, the inference path, logging."""
 import logging
 
@@ -12,16 +12,34 @@ from ._helpers import GraphRecorder, check
 DOUBLE_BACKWARD = "torch.compile with aot_autograd does not currently support double backward"
 
 
-def test_backward_compiled_lazily():
+def test_backward_compiled_with_forward():
     fw, bw = GraphRecorder(), GraphRecorder()
     g = aot_function(lambda x: x.sin().exp(), fw, bw)
     x = torch.randn(3, requires_grad=True)
     y = g(x)
-    assert len(fw.graphs) == 1 and len(bw.graphs) == 0
+    assert len(fw.graphs) == 1 and len(bw.graphs) == 1  # ahead of time: its build overlaps the forward's
     y.sum().backward()
-    assert len(bw.graphs) == 1
     g(x).sum().backward()
     assert len(fw.graphs) == 1 and len(bw.graphs) == 1  # cached for the same input metadata
+
+
+def test_failed_ahead_of_time_backward_compile_is_retried_on_first_use():
+    calls = []
+
+    def flaky_bw(gm, example_inputs):
+        calls.append(gm)
+        if len(calls) == 1:
+            raise RuntimeError("backward compiler failed once")
+        return gm
+
+    g = aot_function(lambda x: x.sin().exp(), nop, flaky_bw)
+    x = torch.randn(3, requires_grad=True)
+    y = g(x)  # the forward is unaffected
+    assert len(calls) == 1
+    torch.testing.assert_close(y, x.sin().exp())
+    y.sum().backward()
+    assert len(calls) == 2
+    torch.testing.assert_close(x.grad, x.cos() * x.sin().exp())
 
 
 @pytest.mark.parametrize("grad_output", [None, "requires_grad"])

@@ -1,6 +1,6 @@
 """The pipeline for one set of inputs: fake inputs → view/mutation analysis →
-(inference graph | joint graph → partition) → compile the forward now and the backward
-on first use → runtime wrapper.  Also: duplicate-argument dedup and size guards.
+(inference graph | joint graph → partition) → compile the forward, then the backward
+(again on first use if that fails) → runtime wrapper.  Also: duplicate-argument dedup and size guards.
 """
 from __future__ import annotations
 
@@ -121,7 +121,8 @@ def _inference_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_
 
 
 def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_config: AOTConfig) -> Callable:
-    """Joint graph → partition → forward compiled now, backward on first use."""
+    """Joint graph → partition → forward and backward compiled now (the backward again
+    on first use if that failed)."""
     joint = trace_joint(fn, meta, fake_args, fake_mode, aot_config.decompositions)
     _log_graph("joint", joint, aot_config.aot_id)
     num_fw_outs = len(meta.fw_out_fakes)
@@ -140,6 +141,13 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
             with torch.no_grad():
                 bw_compiled.append(aot_config.bw_compiler(bw_gm, _placeholder_vals(bw_gm)))
         return bw_compiled[0]
+
+    try:  # now, so that its build overlaps the forward's; on failure, again on first use
+        get_bw()
+    except Exception:
+        counters["aot_autograd"]["backward_compile_deferred"] += 1
+        log.debug("compiling backward graph %d ahead of time failed; compiling it on first use",
+                  aot_config.aot_id, exc_info=True)
 
     grad_mode_kernels = any(n.target is torch.ops.aten.mkldnn_rnn_layer.default for n in fw_gm.graph.nodes)
     fn_cls = make_autograd_function(fw_compiled, get_bw, meta, len(saved) - num_saved_syms, num_fw_outs,

@@ -9,6 +9,8 @@ compiling falls back to running the graph eagerly, with one warning.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 import warnings
 
 import torch
@@ -29,13 +31,39 @@ class CompiledGraph:
     """The compiled callable: ``compiled(*args) -> tuple`` of the graph's outputs.
 
     ``source`` is the wrapper's Python source and ``kernel_source`` the kernels'.
+    The kernels' build may still be running (C++ builds are asynchronous): then
+    ``current_callable`` starts as a function that waits for the build, binds the
+    wrapper, replaces itself with the wrapper's ``call`` and calls it, so later calls
+    cost nothing extra.  A build that fails there warns once and the graph runs
+    eagerly (``gm.forward``) from then on, as a failure at compile time does.
     """
 
-    def __init__(self, fn, source: str, kernel_source: str, kernels: list) -> None:
-        self.current_callable = fn
+    def __init__(self, gm, code, globals_: dict, pending, source: str, kernel_source: str,
+                 kernels: list) -> None:
         self.source = source
         self.kernel_source = kernel_source
         self.kernels = kernels
+        self._gm, self._code, self._globals, self._pending = gm, code, globals_, pending
+        self._debug = config.debug
+        self._finishing = threading.Lock()
+        self.current_callable = self._bind() if pending.done() else self._finish_then_call
+
+    def _bind(self):
+        self._globals.update(self._pending.result())
+        exec(self._code, self._globals)
+        return self._globals["call"]
+
+    def _finish_then_call(self, *args):
+        with self._finishing:
+            if self.current_callable == self._finish_then_call:
+                try:
+                    self.current_callable = self._bind()
+                except Exception as e:
+                    if self._debug:
+                        raise
+                    self.current_callable = _fall_back(self._gm, e)
+                self._gm = self._code = self._globals = self._pending = None
+        return self.current_callable(*args)
 
     def __call__(self, *args):
         return self.current_callable(*args)
@@ -76,21 +104,28 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **kwargs):
 
     The callable takes the placeholders' real values positionally and returns a tuple
     of the graph's outputs.  Never raises for an unsupported graph: it warns once and
-    returns ``gm.forward`` (eager ATen) instead.
+    returns ``gm.forward`` (eager ATen) instead.  Returns before the kernels' C++ build
+    finishes; a build error surfaces as that warning at the first call, which then runs
+    eagerly.  ``codegen.config.debug`` (read here) raises instead, at the first call.
     """
     try:
         compiled = _compile(gm, example_inputs)
     except Exception as e:  # any failure: a correct (eager) result, never a wrong one
         if config.debug:
             raise
-        metrics.eager_fallbacks += 1
-        key = f"{type(e).__name__}: {e}"[:200]
-        if key not in _warned:
-            _warned.add(key)
-            warnings.warn(f"torchkiln codegen fell back to eager for a graph: {key}")
-        return _eager(gm)
+        return _fall_back(gm, e)
     metrics.graphs_compiled += 1
     return compiled
+
+
+def _fall_back(gm, error: Exception):
+    """``gm`` run eagerly, with one warning per distinct error."""
+    metrics.eager_fallbacks += 1
+    key = f"{type(error).__name__}: {error}"[:200]
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(f"torchkiln codegen fell back to eager for a graph: {key}")
+    return _eager(gm)
 
 
 def _eager(gm):
@@ -110,16 +145,26 @@ def _compile(gm, example_inputs) -> CompiledGraph:
         entries = finalize(scheduler.entries, needed, graph, device)
     kernels = [e for e in entries if not isinstance(e, Buffer)]
     generator = get_generator(device)
-    objects = generator.compile_kernels(kernels)
-    source, globals_ = WrapperCodegen(graph, entries, generator, objects).generate()
+    pending = _start_compile(generator, kernels)
+    source, globals_ = WrapperCodegen(graph, entries, generator, {}).generate()
     code = compile(source, f"<torchkiln wrapper {id(gm):x}>", "exec")
-    exec(code, globals_)
     metrics.generated_kernel_count += len(kernels)
     metrics.extern_kernel_count += sum(1 for e in entries if isinstance(e, ExternKernel))
     kernel_source = generator.source()
     if output_code_log.isEnabledFor(10):
         output_code_log.debug("wrapper:\n%s\nkernels:\n%s", source, kernel_source)
-    return CompiledGraph(globals_["call"], source, kernel_source, kernels)
+    return CompiledGraph(gm, code, globals_, pending, source, kernel_source, kernels)
+
+
+def _start_compile(generator, kernels):
+    """The generator's pending kernel objects (``done()``/``result()``): its
+    ``start_compile`` when it builds asynchronously, else compiled now."""
+    start = getattr(generator, "start_compile", None)
+    if start is not None:
+        return start(kernels)
+    done = concurrent.futures.Future()
+    done.set_result(generator.compile_kernels(kernels))
+    return done
 
 
 def compile_fx(gm: torch.fx.GraphModule, example_inputs):

@@ -8,7 +8,7 @@ import torch
 from .. import config
 from ..generators import KernelGenerator
 from . import vecmath
-from .build import build
+from .build import start_build
 from .kernel import render_kernel
 from .prelude import PRELUDE
 
@@ -25,29 +25,14 @@ class CppGenerator(KernelGenerator):
         self._source = ""
 
     def compile_kernels(self, kernels: list) -> dict:
+        return self.start_compile(kernels).result()
+
+    def start_compile(self, kernels: list) -> "PendingKernels":
+        """Render the translation unit and start its build; returns at once (see
+        :class:`PendingKernels`).  A cached library is loaded before returning."""
         parts = ["#include <cmath>", vecmath.declarations()[0], PRELUDE] + [render_kernel(k) for k in kernels]
         self._source = "\n\n".join(parts) + "\n"
-        if not kernels:
-            return {}
-        lib, _ = build(self._source)
-        out = {}
-        for k in kernels:
-            fn = getattr(lib, k.name)
-            fn.argtypes = [ctypes.c_void_p] * len(k.buffers) + [ctypes.c_int64] * len(k.size_args)
-            fn.restype = None
-            out[k.name] = fn
-        setter = lib.kiln_set_num_threads
-        setter.argtypes = [ctypes.c_int]
-        state = [0]
-
-        def sync_threads():
-            n = config.cpp_threads or torch.get_num_threads()
-            if n != state[0]:
-                setter(n)
-                state[0] = n
-
-        out["_kiln_sync_threads"] = sync_threads
-        return out
+        return PendingKernels(start_build(self._source) if kernels else None, kernels)
 
     def prologue(self, kernels: list) -> list[str]:
         return ["_kiln_sync_threads()"] if kernels else []
@@ -59,3 +44,44 @@ class CppGenerator(KernelGenerator):
 
     def source(self) -> str:
         return self._source
+
+
+def _bind(lib, kernels: list) -> dict:
+    """ctypes functions with their argtypes set, and the thread-count synchronizer."""
+    out = {}
+    for k in kernels:
+        fn = getattr(lib, k.name)
+        fn.argtypes = [ctypes.c_void_p] * len(k.buffers) + [ctypes.c_int64] * len(k.size_args)
+        fn.restype = None
+        out[k.name] = fn
+    setter = lib.kiln_set_num_threads
+    setter.argtypes = [ctypes.c_int]
+    state = [0]
+
+    def sync_threads():
+        n = config.cpp_threads or torch.get_num_threads()
+        if n != state[0]:
+            setter(n)
+            state[0] = n
+
+    out["_kiln_sync_threads"] = sync_threads
+    return out
+
+
+class PendingKernels:
+    """A graph's kernels while their library builds: ``done()`` says whether
+    ``result()`` (``{name: object}`` for the wrapper's globals) would return at once;
+    ``result()`` waits for the build and raises ``RuntimeError`` if it failed."""
+
+    def __init__(self, build, kernels: list) -> None:
+        self._build = build
+        self._kernels = kernels
+
+    def done(self) -> bool:
+        return self._build is None or self._build.done()
+
+    def result(self) -> dict:
+        if self._build is None:
+            return {}
+        lib, _ = self._build.result()
+        return _bind(lib, self._kernels)

@@ -1,14 +1,23 @@
 """Compile a C++ translation unit with the system compiler and load it with ctypes.
 
+``start_build(source)`` returns at once a :class:`Build`, whose ``result()`` is the
+loaded library: the compiler runs on a worker thread (it waits on ``g++`` with the GIL
+released), so a graph's build overlaps whatever the caller does next — lowering the
+backward graph, or another graph's build.  torch.compile overlaps its builds the same
+way (``torch._inductor.async_compile``).
+
 The shared object is cached on disk by a hash of the source, the compiler's version
 and the flags (with ``-march=native``, also the host CPU), under
 ``$TORCHKILN_CACHE_DIR`` (default ``$XDG_CACHE_HOME/torchkiln``, else
-``~/.cache/torchkiln``) in ``cpp/``; a ``filelock`` serializes concurrent builds of
-the same source, so another process reuses the binary without compiling.  Hits and
-misses count in ``counters["inductor"]["cpp_cache_hit" | "cpp_cache_miss"]``.
+``~/.cache/torchkiln``) in ``cpp/``.  A cached object is loaded synchronously.  A
+``filelock`` serializes concurrent builds of the same source, so another process
+waits and reuses the binary without compiling; in one process, a second request for a
+source whose build is in flight shares that build.  Hits (including shared in-flight
+builds) and misses count in ``counters["inductor"]["cpp_cache_hit" | "cpp_cache_miss"]``.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import functools
 import hashlib
@@ -16,6 +25,7 @@ import os
 import platform
 import subprocess
 import tempfile
+import threading
 
 from filelock import FileLock
 
@@ -23,6 +33,10 @@ from ...utils.counters import counters
 from ...utils.paths import cache_dir
 from .. import config
 from . import vecmath
+
+_lock = threading.RLock()  # guards _pool, _in_flight and the cache counters
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_in_flight: dict[str, concurrent.futures.Future] = {}
 
 
 @functools.lru_cache(None)
@@ -56,31 +70,94 @@ def flags() -> list[str]:
     return f
 
 
-def build(source: str):
-    """The loaded library (a ``ctypes.CDLL``) for ``source``, compiled if not cached."""
-    key_parts = [source, _compiler_id(config.cpp_cxx), " ".join(flags())]
-    if config.cpp_march_native:
-        key_parts.append(_host_cpu())
-    key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:40]
-    directory = cache_dir("cpp")
-    so_path = os.path.join(directory, f"{key}.so")
-    if os.path.exists(so_path):
-        counters["inductor"]["cpp_cache_hit"] += 1
-        return ctypes.CDLL(so_path), so_path
+def _count(name: str) -> None:
+    with _lock:
+        counters["inductor"][name] += 1
+
+
+def _forget_threads() -> None:
+    """In a forked child: the parent's worker threads do not exist there."""
+    global _pool, _lock
+    _lock = threading.RLock()
+    _pool = None
+    _in_flight.clear()
+
+
+os.register_at_fork(after_in_child=_forget_threads)
+
+
+class Build:
+    """A library being built (or already loaded): ``done()``, and ``result()`` → ``(CDLL, path)``.
+
+    ``result()`` waits for the compiler and raises ``RuntimeError`` with its
+    diagnostics if it failed.  In a child forked while the build was in flight (its
+    worker thread did not survive the fork) ``result()`` builds the source again there.
+    """
+
+    def __init__(self, future: concurrent.futures.Future, source: str) -> None:
+        self._future = future
+        self._source = source
+        self._pid = os.getpid()
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self):
+        if os.getpid() != self._pid and not self._future.done():
+            return start_build(self._source).result()
+        return self._future.result()
+
+
+def _compile(source: str, compiler: list[str], directory: str, key: str, so_path: str):
+    """Runs on a worker thread: ``compiler`` (the compiler and its flags) under the file
+    lock, unless another process built the object meanwhile; then loads it."""
     with FileLock(so_path + ".lock"):
         if os.path.exists(so_path):
-            counters["inductor"]["cpp_cache_hit"] += 1
+            _count("cpp_cache_hit")
         else:
-            counters["inductor"]["cpp_cache_miss"] += 1
+            _count("cpp_cache_miss")
             cpp_path = os.path.join(directory, f"{key}.cpp")
             with open(cpp_path, "w") as f:
                 f.write(source)
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=directory)
             os.close(fd)
-            cmd = [config.cpp_cxx, cpp_path, "-o", tmp] + flags()
+            cmd = [compiler[0], cpp_path, "-o", tmp] + compiler[1:]
             result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
                 os.unlink(tmp)
                 raise RuntimeError(f"C++ compile failed ({' '.join(cmd)}):\n{result.stderr[-4000:]}")
             os.replace(tmp, so_path)
     return ctypes.CDLL(so_path), so_path
+
+
+def start_build(source: str) -> Build:
+    """Start compiling ``source`` into a shared object (or load it if cached); returns at once."""
+    global _pool
+    compiler = [config.cpp_cxx] + flags()
+    key_parts = [source, _compiler_id(compiler[0]), " ".join(compiler[1:])]
+    if config.cpp_march_native:
+        key_parts.append(_host_cpu())
+    key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:40]
+    directory = cache_dir("cpp")
+    so_path = os.path.join(directory, f"{key}.so")
+    with _lock:
+        future = _in_flight.get(key)
+        if future is not None:
+            counters["inductor"]["cpp_cache_hit"] += 1
+            return Build(future, source)
+        if not os.path.exists(so_path):
+            if _pool is None:
+                _pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, "torchkiln-cxx")
+            future = _pool.submit(_compile, source, compiler, directory, key, so_path)
+            _in_flight[key] = future
+            future.add_done_callback(lambda _: _done(key))
+            return Build(future, source)
+        counters["inductor"]["cpp_cache_hit"] += 1
+    future = concurrent.futures.Future()
+    future.set_result((ctypes.CDLL(so_path), so_path))
+    return Build(future, source)
+
+
+def _done(key: str) -> None:
+    with _lock:
+        _in_flight.pop(key, None)
