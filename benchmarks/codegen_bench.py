@@ -174,13 +174,14 @@ def _compilers(use_torch):
 
 
 def warm_up_processes(device, use_torch):
-    """Import and initialise each compiler once on a trivial function, so that a cold
-    compile below measures compiling the workload (empty disk caches), not first imports."""
-    x = torch.randn(8, device=device)
+    """Import and initialise each compiler once on a trivial function, forward and
+    backward, so that a cold compile below measures compiling the workload (empty disk
+    caches), not first imports (the partitioner's networkx, the peer's own modules)."""
+    x = torch.randn(8, device=device, requires_grad=True)
     for compile_ in _compilers(use_torch).values():
         _fresh_caches()
         try:
-            compile_(lambda t: t * 2 + 1)(x)
+            compile_(lambda t: t * 2 + 1)(x).sum().backward()
         except Exception:
             pass
 

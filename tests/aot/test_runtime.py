@@ -236,3 +236,27 @@ def test_captured_graph_compiled_in_its_entry_grad_mode():
     assert torch.is_grad_enabled()
     assert a.grad_fn is None and b.grad_fn is not None
     b.sum().backward()
+
+
+def _compiled_fn(fn, x):
+    g = torch.fx.symbolic_trace(fn)
+    return aot_module_simplified(g, [x], nop)
+
+
+@pytest.mark.parametrize("fn", [lambda x: (x * 2,), lambda x: (x.clone(),)], ids=["scaled", "gradient_is_tangent"])
+def test_broadcast_tangent_fill_reused_without_aliasing(fn):
+    # out.sum().backward() passes ones.expand(shape): the filled contiguous tangent is kept
+    # between calls, and a gradient that would alias it is copied, so accumulating into
+    # .grad never writes the kept tangent.
+    x = torch.randn(4, 5, requires_grad=True)
+    f = _compiled_fn(fn, x)
+    ref = x.detach().clone().requires_grad_(True)
+    for scale in (1.0, 1.0, 1.0, 2.0, -0.0):
+        f(x)[0].sum().mul(scale).backward() if scale != 1.0 else f(x)[0].sum().backward()
+        fn(ref)[0].sum().mul(scale).backward() if scale != 1.0 else fn(ref)[0].sum().backward()
+        torch.testing.assert_close(x.grad, ref.grad)
+    # a tangent with real values (not a broadcast scalar) after the cached ones
+    g = torch.randn(4, 5)
+    f(x)[0].backward(g)
+    fn(ref)[0].backward(g)
+    torch.testing.assert_close(x.grad, ref.grad)

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Callable
 
 import torch
@@ -57,6 +58,7 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[[], Callable], m
     produce what their backward needs when it is (oneDNN RNN layers' workspace).
     """
     diff_mask = meta.fw_output_differentiable()
+    filled_tangents = _FilledTangents()
     mutated_data = [i for i in meta.mutated_inputs if meta.inputs[i].mutates_data]
 
     class CompiledFunction(torch.autograd.Function):
@@ -90,9 +92,19 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[[], Callable], m
 
         @staticmethod
         def backward(ctx, *grad_outs):
-            tangents = []
-            for g, (shape, dtype, device) in zip((g for g, d in zip(grad_outs, diff_mask) if d), ctx.tangent_meta):
-                tangents.append(torch.zeros(shape, dtype=dtype, device=device) if g is None else g.contiguous())
+            tangents, cached = [], []
+            grads_in = (g for g, d in zip(grad_outs, diff_mask) if d)
+            for i, (g, (shape, dtype, device)) in enumerate(zip(grads_in, ctx.tangent_meta)):
+                if g is None:
+                    g = torch.zeros(shape, dtype=dtype, device=device)
+                elif not g.is_contiguous():
+                    filled = filled_tangents.get(i, g)
+                    if filled is not None:
+                        cached.append(filled)
+                        g = filled
+                    else:
+                        g = g.contiguous()
+                tangents.append(g)
             args = [*ctx.saved_syms, *ctx.saved_tensors, *tangents]
             bw_fn = get_bw_fn()
             if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
@@ -100,9 +112,42 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[[], Callable], m
             else:
                 grads = call_compiled(bw_fn, args)
             grads = list(grads)
+            if cached:  # a gradient must never alias a cached tangent (autograd may accumulate into it)
+                ptrs = {t.untyped_storage().data_ptr() for t in cached}
+                grads = [g.clone() if isinstance(g, torch.Tensor) and g.untyped_storage().data_ptr() in ptrs else g
+                         for g in grads]
             return tuple(grads) + (None,) * (ctx.num_args - len(grads))
 
     return CompiledFunction
+
+
+class _FilledTangents:
+    """Contiguous copies of broadcast-scalar tangents, kept between backward calls.
+
+    ``out.sum().backward()`` hands the backward ``ones.expand(out.shape)``: every stride
+    0.  The compiled backward wants the traced (contiguous) layout, and materializing it
+    on every call costs a full-size allocation and fill that eager never pays (its
+    kernels read the expanded tensor).  For CPU tensors that do not require grad, the
+    filled tensor is kept per tangent position and reused while the scalar, shape and
+    dtype stay the same; the backward never writes its inputs.
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict = {}
+
+    def get(self, i: int, g: torch.Tensor):
+        """The cached contiguous fill for ``g``, or None where ``g`` is not a broadcast scalar."""
+        if g.device.type != "cpu" or g.requires_grad or g.numel() <= 1 or any(s != 0 for s in g.stride()):
+            return None
+        value = g.as_strided((), (), g.storage_offset()).item()
+        sign = math.copysign(1.0, value) if isinstance(value, float) else 1.0  # -0.0 is not 0.0 here
+        key = (tuple(g.shape), g.dtype, value, sign)
+        hit = self.entries.get(i)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        filled = torch.full(g.shape, value, dtype=g.dtype)
+        self.entries[i] = (key, filled)
+        return filled
 
 
 def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
