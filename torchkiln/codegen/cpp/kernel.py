@@ -176,6 +176,12 @@ class CppKernel:
             scope.lines.append(f"{scope.indent}}}")
             return name
         if isinstance(value, Op):
+            if (value.name == "truediv" and value.dtype.is_floating_point and scope.hoist is not None
+                    and not self._depends(value.args[1], scope.loop_vars, {})):
+                # a divisor fixed across the vector loop: multiply by its reciprocal,
+                # computed once before the loop (as ATen's softmax/normalization kernels do)
+                recip = self.emit(Op("reciprocal", (value.args[1],), value.dtype), scope)
+                return f"({self.emit(value.args[0], scope)} * {recip})"
             return self._op(value, [self.emit(a, scope) for a in value.args])
         raise NotImplementedError(f"cannot emit {value!r}")
 
