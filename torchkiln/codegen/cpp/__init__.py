@@ -30,7 +30,7 @@ class CppGenerator(KernelGenerator):
     def start_compile(self, kernels: list) -> "PendingKernels":
         """Render the translation unit and start its build; returns at once (see
         :class:`PendingKernels`).  A cached library is loaded before returning."""
-        parts = ["#include <cmath>", vecmath.declarations()[0], PRELUDE] + [render_kernel(k) for k in kernels]
+        parts = [vecmath.declarations()[0], PRELUDE] + [render_kernel(k) for k in kernels]
         self._source = "\n\n".join(parts) + "\n"
         return PendingKernels(start_build(self._source) if kernels else None, kernels)
 
