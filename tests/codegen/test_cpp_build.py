@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import pytest
@@ -186,6 +188,7 @@ def test_two_processes_building_one_source_compile_it_once(cache):
     assert lines == ["HITS 0 MISSES 1", "HITS 1 MISSES 0"], lines  # the loser waited on the lock
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_child_forked_during_a_build_builds_for_itself(cache, gated_cxx):
     patch, gate = gated_cxx
     x = torch.randn(9)
@@ -200,6 +203,14 @@ def test_child_forked_during_a_build_builds_for_itself(cache, gated_cxx):
             code = 0 if torch.allclose(compiled(x)[0], fn(x)[0]) else 2
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    for _ in range(1200):  # a hung child fails the test instead of hanging it
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child did not finish")
     assert os.waitstatus_to_exitcode(status) == 0
     torch.testing.assert_close(compiled(x)[0], fn(x)[0])
