@@ -151,7 +151,20 @@ COMPARISONS = frozenset("eq ne lt le gt ge".split())
 
 #: Reduction types of :class:`Reduce`.  ``argmax``/``argmin`` give the int64 position
 #: (``Reduce.index``) of the first extreme value, NaN counting as the extreme, as eager.
-REDUCTION_TYPES = frozenset("sum prod max min argmax argmin any all".split())
+#: ``welford`` gives two results, the mean and the M2 (sum of squared deviations from the
+#: mean) of the value, read as ``ReductionValue(welford_mean(name))`` and
+#: ``ReductionValue(welford_m2(name))``.
+REDUCTION_TYPES = frozenset("sum prod max min argmax argmin any all welford".split())
+
+
+def welford_mean(name: str) -> str:
+    """The :class:`ReductionValue` name of the mean of the ``welford`` Reduce ``name``."""
+    return f"{name}_mean"
+
+
+def welford_m2(name: str) -> str:
+    """The :class:`ReductionValue` name of the M2 of the ``welford`` Reduce ``name``."""
+    return f"{name}_m2"
 
 
 # ---------------------------------------------------------------- statements
@@ -180,6 +193,13 @@ class Reduce:
     ``dtype`` is the accumulator's dtype (float32 for float16/bfloat16 inputs, as eager;
     int64 for ``argmax``/``argmin``), ``index`` the flat position within the reduced
     dimensions (used by ``argmax``/``argmin`` only).
+
+    ``reduction_type="welford"`` (floating ``dtype`` only) has two results, the mean and
+    M2 = sum((value - mean)**2) over the ``n = reduction_numel`` points, computed in one
+    pass with Welford's update (or any method as stable: not sum-of-squares); readable
+    as ``ReductionValue(welford_mean(name))`` and ``ReductionValue(welford_m2(name))``.
+    Over zero points both are 0.  It mirrors TorchInductor's ``welford_reduce``
+    (var/var_mean, and through them layer_norm, batch_norm and group_norm).
     """
 
     name: str
@@ -304,6 +324,8 @@ def format_kernel(k: FusedKernel) -> str:
             if isinstance(s, Store):
                 mode = f" ({s.mode})" if s.mode else ""
                 lines.append(f"    {s.buffer}[{s.index}] = {format_value(s.value)}{mode}")
+            elif s.reduction_type == "welford":
+                lines.append(f"    {welford_mean(s.name)}, {welford_m2(s.name)} = welford({format_value(s.value)})")
             else:
                 lines.append(f"    {s.name} = {s.reduction_type}({format_value(s.value)})")
     return "\n".join(lines)

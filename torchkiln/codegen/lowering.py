@@ -696,44 +696,30 @@ def mean(x, dim=None, keepdim=False, dtype=None):
 
 
 def _var_mean(x, dim, correction, keepdim):
+    """``(var, mean)`` of ``x`` over ``dim`` from one ``welford`` reduction (mean and M2
+    in one pass over the data, as TorchInductor's ``welford_reduce``): var = M2 /
+    max(n - correction, 0), accumulated in float32 for float16/bfloat16 inputs."""
     odt = out_dtype_safe()
     odt = odt[0] if isinstance(odt, tuple) else odt
     acc = _acc(odt)
     dims = _dims(x, dim)
     count = _numel([x.get_size()[d] for d in dims])
-    size_kept = [sympy.Integer(1) if i in dims else s for i, s in enumerate(x.get_size())]
-    total = make_reduction(x, dims, True, "sum", acc, acc, lambda v: cast(v, acc))
-    total.realize()
     n = cast(IndexValue(count, torch.int64), acc)
-    mean_kd = TensorBox(Pointwise(size_kept, acc, x.device,
-                                  lambda idx, ld=total.make_loader(): Op("truediv", (ld(idx), n), acc)))
-    mload = broadcast_loader(mean_kd, list(x.get_size()))
-    xload = x.make_loader()
     corr = 1 if correction is None else correction
-    sq = TensorBox(Pointwise(list(x.get_size()), acc, x.device, lambda idx: _square(
-        Op("sub", (cast(xload(idx), acc), mload(idx)), acc), acc)))
-    m2 = make_reduction(sq, dims, keepdim, "sum", acc, acc)
-    denom = Op("sub", (n, cast(loader_for(corr)([]), acc)), acc)
-    denom = Op("maximum", (denom, Constant(0.0, acc)), acc)
+    denom = Op("maximum", (Op("sub", (n, cast(loader_for(corr)([]), acc)), acc), Constant(0.0, acc)), acc)
+    if count == 0:  # eager: the mean and variance of nothing are NaN
+        xs = x.get_size()
+        size = [sympy.Integer(1) if i in dims else s for i, s in enumerate(xs)] if keepdim else \
+            [s for i, s in enumerate(xs) if i not in dims]
+        nan = Constant(math.nan, acc)
+        return tuple(TensorBox(Pointwise(size, odt, x.device, lambda idx: cast(nan, odt))) for _ in range(2))
+    mean = make_reduction(x, dims, keepdim, "welford_mean", acc, acc, lambda v: cast(v, acc))
+    m2 = make_reduction(x, dims, keepdim, "welford_m2", acc, acc, lambda v: cast(v, acc))
     var = TensorBox(Pointwise(m2.get_size(), odt, x.device,
                               lambda idx, ld=m2.make_loader(): cast(Op("truediv", (ld(idx), denom), acc), odt)))
-    if keepdim:
-        mean_out = TensorBox(Pointwise(size_kept, odt, x.device, lambda idx: cast(mean_kd.make_loader()(idx), odt)))
-    else:
-        kept = [i for i in range(len(size_kept)) if i not in dims]
-
-        def mean_idx(idx):
-            full = [sympy.Integer(0)] * len(size_kept)
-            for j, i in enumerate(kept):
-                full[i] = idx[j]
-            return cast(mean_kd.make_loader()(full), odt)
-
-        mean_out = TensorBox(Pointwise([size_kept[i] for i in kept], odt, x.device, mean_idx))
+    mean_out = TensorBox(Pointwise(mean.get_size(), odt, x.device,
+                                   lambda idx, ld=mean.make_loader(): cast(ld(idx), odt)))
     return var, mean_out
-
-
-def _square(v, dt):
-    return Op("mul", (v, v), dt)
 
 
 def out_dtype_safe():

@@ -164,9 +164,13 @@ def build_loops(ranges, rranges, nodes) -> list:
             for r, n in zip(rs, rranges):
                 flat = flat * n + r
             raw = node.value(xs, rs)
-            pos = place(True, lambda p: [Reduce(acc, data.reduction_type, forward(raw, p, {}), data.acc_dtype,
-                                                flat if data.reduction_type in ("argmax", "argmin") else None)])
-            store = Store(node.name, node.out_index(xs), cast(ReductionValue(acc, data.acc_dtype), data.dtype))
+            if data.reduction_type in ("welford_mean", "welford_m2"):
+                pos, result = _place_welford(place, loops, acc, forward, raw, data)
+            else:
+                pos = place(True, lambda p: [Reduce(acc, data.reduction_type, forward(raw, p, {}), data.acc_dtype,
+                                                    flat if data.reduction_type in ("argmax", "argmin") else None)])
+                result = acc
+            store = Store(node.name, node.out_index(xs), cast(ReductionValue(result, data.acc_dtype), data.dtype))
             if pos + 1 < len(loops) and not loops[pos + 1].reduction:
                 loops[pos + 1].body.append(store)
             else:
@@ -200,6 +204,26 @@ def build_loops(ranges, rranges, nodes) -> list:
         pos = place(inner, make)
         stored[node.store_name] = (pos, holder["store"])
     return loops
+
+
+def _place_welford(place, loops, acc, forward, raw, data) -> tuple[int, str]:
+    """A ``welford_mean``/``welford_m2`` node (lowering's var_mean): both share one
+    ``welford`` Reduce of the same value, added by whichever comes first; returns the
+    loop position and the name of the ReductionValue the node stores."""
+    found = {}
+
+    def make(p):
+        value = forward(raw, p, {})
+        for st in loops[p].body if p < len(loops) else ():
+            if isinstance(st, Reduce) and st.reduction_type == "welford" and st.value == value:
+                found["name"] = st.name
+                return []
+        found["name"] = acc
+        return [Reduce(acc, "welford", value, data.acc_dtype)]
+
+    pos = place(True, make)
+    part = ir.welford_mean if data.reduction_type == "welford_mean" else ir.welford_m2
+    return pos, part(found["name"])
 
 
 def _group_of(node: SchedulerNode):

@@ -382,7 +382,9 @@ class KernelRenderer:
         for loop in self.k.loops:
             ctx = inner if loop.reduction else outer
             for s in loop.body:
-                if isinstance(s, ir.Reduce):
+                if isinstance(s, ir.Reduce) and s.reduction_type == "welford":
+                    self.welford_persistent(s, ctx)
+                elif isinstance(s, ir.Reduce):
                     tile, index = self.reduce_value(s, ctx)
                     self.reduced[s.name] = self.finish_reduce(s, tile, index, ctx)
                 else:
@@ -400,6 +402,10 @@ class KernelRenderer:
                 continue
             reduces = [s for s in loop.body if isinstance(s, ir.Reduce)]
             for r in reduces:  # tile accumulators
+                if r.reduction_type == "welford":
+                    lines += [f"    {r.name}_{part} = tl.zeros([XBLOCK, RBLOCK], {_tile_dtype(r)})"
+                              for part in ("mean", "m2", "weight")]
+                    continue
                 init = _identity(r.reduction_type, _value_dtype(r))
                 lines.append(f"    {r.name}_acc = tl.full([XBLOCK, RBLOCK], {init}, {_tile_dtype(r)})")
                 if r.reduction_type in ("argmax", "argmin"):
@@ -409,15 +415,55 @@ class KernelRenderer:
             lines += self._rvars("        ")
             inner = _Context("[XBLOCK, RBLOCK]", "xrmask", "rzero", _Scope(outer.scope), lines, "        ")
             for s in loop.body:
-                if isinstance(s, ir.Reduce):
+                if isinstance(s, ir.Reduce) and s.reduction_type == "welford":
+                    self.welford_update(s, inner)
+                elif isinstance(s, ir.Reduce):
                     tile, index = self.reduce_value(s, inner)
                     self._accumulate(s, tile, index, inner)
                 else:
                     self.store(s, inner)
             for r in reduces:
+                if r.reduction_type == "welford":
+                    self.welford_finish(r, outer)
+                    continue
                 index = f"{r.name}_idx" if r.reduction_type in ("argmax", "argmin") else None
                 self.reduced[r.name] = self.finish_reduce(r, f"{r.name}_acc", index, outer)
         return "\n".join(lines)
+
+    # ------------------------------------------------------------------ welford
+    def welford_persistent(self, r: ir.Reduce, ctx: _Context) -> None:
+        """Mean and M2 of a whole-row tile in registers: the mean first, then the sum of
+        squared deviations from it (two passes over registers, as TorchInductor does)."""
+        t = _tile_dtype(r)
+        val = self.emit(ctx, f"tl.broadcast_to({self.value(r.value, ctx)}.to({t}), {ctx.shape})")
+        count = self.emit(ctx, f"tl.sum(tl.where(rmask, 1.0, 0.0).to({t}), 1)[:, None]")  # [1, 1]: rnumel
+        total = self.emit(ctx, f"tl.sum(tl.where({ctx.mask}, {val}, 0.0), 1)[:, None]")
+        mean = self.emit(ctx, f"{total} / tl.maximum({count}, 1.0)")
+        dev = self.emit(ctx, f"tl.where({ctx.mask}, {val} - {mean}, 0.0)")
+        self.reduced[ir.welford_mean(r.name)] = mean
+        self.reduced[ir.welford_m2(r.name)] = self.emit(ctx, f"tl.sum({dev} * {dev}, 1)[:, None]")
+
+    def welford_update(self, r: ir.Reduce, ctx: _Context) -> None:
+        """One Welford step per tile element (looped reductions): each element of the
+        ``[XBLOCK, RBLOCK]`` accumulators ``_mean``/``_m2``/``_weight`` is its own stream."""
+        t, a, ind = _tile_dtype(r), r.name, ctx.indent
+        val = self.emit(ctx, f"tl.broadcast_to({self.value(r.value, ctx)}.to({t}), {ctx.shape})")
+        weight = self.emit(ctx, f"tl.where({ctx.mask}, {a}_weight + 1.0, {a}_weight)")
+        delta = self.emit(ctx, f"{val} - {a}_mean")
+        ctx.lines.append(f"{ind}{a}_mean = tl.where({ctx.mask}, {a}_mean + {delta} / tl.maximum({weight}, 1.0), {a}_mean)")
+        ctx.lines.append(f"{ind}{a}_m2 = tl.where({ctx.mask}, {a}_m2 + {delta} * ({val} - {a}_mean), {a}_m2)")
+        ctx.lines.append(f"{ind}{a}_weight = {weight}")
+
+    def welford_finish(self, r: ir.Reduce, ctx: _Context) -> None:
+        """Merge the tile's Welford streams per row: mean = weighted mean of the stream
+        means; M2 = sum of stream M2s + sum of weight * (stream mean - mean)**2 (Chan et
+        al.'s formula for many parts; only ``tl.sum`` crosses lanes)."""
+        a = r.name
+        total = self.emit(ctx, f"tl.sum({a}_weight, 1)[:, None]")
+        mean = self.emit(ctx, f"tl.sum({a}_weight * {a}_mean, 1)[:, None] / tl.maximum({total}, 1.0)")
+        dev = self.emit(ctx, f"{a}_mean - {mean}")
+        self.reduced[ir.welford_mean(a)] = mean
+        self.reduced[ir.welford_m2(a)] = self.emit(ctx, f"tl.sum({a}_m2 + {a}_weight * {dev} * {dev}, 1)[:, None]")
 
     def _accumulate(self, r: ir.Reduce, tile: str, index: str | None, ctx: _Context) -> None:
         acc, t, ind = f"{r.name}_acc", r.reduction_type, ctx.indent
