@@ -173,3 +173,46 @@ def test_guard_source_is_printable():
     e = capture(add, torch.randn(2), torch.randn(2))
     assert "def ___guard(L):" in str(e.guard)
     assert any("L['x'].dtype" in part for part in e.guard.code_parts)
+
+
+def test_guard_reads_each_module_attribute_once_per_call():
+    # Every check of L['self'].block.lin.weight used to walk the module path again through
+    # nn.Module.__getattr__; the generated guard computes each shared prefix once.
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.norm = torch.nn.LayerNorm(4)
+
+        def forward(self, x):
+            return self.norm(self.lin(x))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+
+        def forward(self, x):
+            return self.block(x) + 1
+
+    net = Net()
+    x = torch.randn(2, 4)
+    entry = capture(Net.forward, net, x)
+    f_locals = bind_locals(Net.forward, (net, x), {})
+    calls = []
+    original = torch.nn.Module.__getattr__
+
+    def counting(self, name):
+        calls.append(name)
+        return original(self, name)
+
+    torch.nn.Module.__getattr__ = counting
+    try:
+        assert entry.guard.check(f_locals)
+    finally:
+        torch.nn.Module.__getattr__ = original
+    # block, lin, norm and their four parameters: each looked up once
+    assert sorted(calls) == sorted(["block", "lin", "norm", "weight", "bias", "weight", "bias"]), calls
+    # a changed tensor deep in the path still fails it, with the usual reason
+    net.block.lin.weight = torch.nn.Parameter(torch.randn(4, 5)[:, :4])
+    assert "stride mismatch" in reason(entry, Net.forward, net, x)
