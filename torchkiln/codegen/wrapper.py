@@ -73,6 +73,14 @@ class WrapperCodegen:
 
     def view(self, v: ReinterpretView) -> str:
         lay = v.layout
+        base = v.base
+        if (not isinstance(base, InputBuffer) and base.layout is not None and lay.offset == 0
+                and list(base.layout.size) == list(lay.size) and list(base.layout.stride) == list(lay.stride)):
+            return base.name  # the buffer as allocated (or restrided): the view would be itself
+        return self._as_strided(v)
+
+    def _as_strided(self, v: ReinterpretView) -> str:
+        lay = v.layout
         return f"reinterpret({v.base.name}, {self.shape(lay.size)}, {self.shape(lay.stride)}, {pexpr(lay.offset)})"
 
     # ---- buffer lifetimes
@@ -148,8 +156,14 @@ class WrapperCodegen:
             if dead:
                 body.append(f"del {', '.join(dead)}")
         outs = []
-        for out in g.outputs:
-            outs.append(self.view(out) if isinstance(out, ReinterpretView) else self.arg(out))
+        bases = [o.base.name if isinstance(o, ReinterpretView) else getattr(o, "name", None) for o in g.outputs]
+        for out, base in zip(g.outputs, bases):
+            if isinstance(out, ReinterpretView):
+                # two outputs on one buffer stay two tensor objects, as eager's would be
+                shared = bases.count(base) > 1
+                outs.append(self._as_strided(out) if shared else self.view(out))
+            else:
+                outs.append(self.arg(out))
         body.append("return (" + "".join(o + ", " for o in outs) + ")")
         self.lines += ["    " + line for line in body]
         return "\n".join(self.lines) + "\n", self.globals
