@@ -248,7 +248,7 @@ def test_broadcast_tangent_fill_reused_without_aliasing(fn):
     # out.sum().backward() passes ones.expand(shape): the filled contiguous tangent is kept
     # between calls, and a gradient that would alias it is copied, so accumulating into
     # .grad never writes the kept tangent.
-    x = torch.randn(4, 5, requires_grad=True)
+    x = torch.randn(64, 80, requires_grad=True)  # >= _FilledTangents.MIN_NUMEL elements
     f = _compiled_fn(fn, x)
     ref = x.detach().clone().requires_grad_(True)
     for scale in (1.0, 1.0, 1.0, 2.0, -0.0):
@@ -256,7 +256,7 @@ def test_broadcast_tangent_fill_reused_without_aliasing(fn):
         fn(ref)[0].sum().mul(scale).backward() if scale != 1.0 else fn(ref)[0].sum().backward()
         torch.testing.assert_close(x.grad, ref.grad)
     # a tangent with real values (not a broadcast scalar) after the cached ones
-    g = torch.randn(4, 5)
+    g = torch.randn(64, 80)
     f(x)[0].backward(g)
     fn(ref)[0].backward(g)
     torch.testing.assert_close(x.grad, ref.grad)

@@ -132,12 +132,15 @@ class _FilledTangents:
     dtype stay the same; the backward never writes its inputs.
     """
 
+    MIN_NUMEL = 4096  # below this a fresh fill is as cheap as the .item() that checks the cache
+
     def __init__(self) -> None:
         self.entries: dict = {}
 
     def get(self, i: int, g: torch.Tensor):
         """The cached contiguous fill for ``g``, or None where ``g`` is not a broadcast scalar."""
-        if g.device.type != "cpu" or g.requires_grad or g.numel() <= 1 or any(s != 0 for s in g.stride()):
+        if (g.device.type != "cpu" or g.requires_grad or g.numel() < self.MIN_NUMEL
+                or any(s != 0 for s in g.stride())):
             return None
         value = g.as_strided((), (), g.storage_offset()).item()
         sign = math.copysign(1.0, value) if isinstance(value, float) else 1.0  # -0.0 is not 0.0 here
