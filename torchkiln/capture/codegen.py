@@ -16,7 +16,7 @@ import types
 
 import torch
 
-from .source import compile_getter
+from .source import compile_getter, hoist_shared_prefixes
 
 
 class Runtime:
@@ -110,8 +110,14 @@ class RuntimeCodegen:
         return enter
 
     def inputs_getter(self):
-        sources = [i.source for i in self.output.inputs]
-        return eval(f"lambda L: ({''.join(s + ', ' for s in sources)})", self.output.guards.env)
+        """``fn(L) -> tuple`` of the graph's inputs, each shared source prefix read once."""
+        hoisted = hoist_shared_prefixes([i.source for i in self.output.inputs])
+        lines = ["def ___inputs(L):"]
+        lines += ["    " + line for setup, _ in hoisted for line in setup]
+        lines.append("    return (" + "".join(code + ", " for _, code in hoisted) + ")")
+        namespace = dict(self.output.guards.env)
+        exec(compile("\n".join(lines) + "\n", "<torchkiln inputs>", "exec"), namespace)
+        return namespace["___inputs"]
 
 
 def returning_code(compiled, inputs, side_effects, result):

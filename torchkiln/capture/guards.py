@@ -17,6 +17,8 @@ import types
 
 import torch
 
+from .source import hoist_shared_prefixes
+
 _DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
                 torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
                 torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
@@ -149,59 +151,15 @@ class GuardBuilder:
         return Guard(check, [p.shown for p in self.parts], parts, source)
 
 
-# A source chain: a root (L[...], G[...], ___g_<module>[...]) and its .attr / [key] steps.
-_ITEM = r"\[(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|-?\d+)\]"
-_STEP = re.compile(r"\.[A-Za-z_][A-Za-z0-9_]*|" + _ITEM)
-_CHAIN = re.compile(r"(?<![\w.])(?:L|G|___g_\w+)" + _ITEM + r"(?:\.[A-Za-z_][A-Za-z0-9_]*|" + _ITEM + r")*")
-
-
-def _steps(chain: str) -> list[str]:
-    """``L['self'].ln.weight`` -> ``["L['self']", ".ln", ".weight"]``."""
-    root_end = chain.index("[")
-    first = _STEP.match(chain, root_end)
-    out = [chain[:first.end()]]
-    pos = first.end()
-    while pos < len(chain):
-        m = _STEP.match(chain, pos)
-        out.append(m.group(0))
-        pos = m.end()
-    return out
-
-
 def _guard_source(codes: list[str]) -> str:
-    """The guard function: the parts in order, each prefix of a source used more than
-    once (``L['self'].ln`` in every check of ``L['self'].ln.weight``) computed once into
-    a local, right before the first part that reads it (so a part fails or raises at
-    the same point as when each part evaluates its sources in full).  On a module with
-    a few layers this removes most ``nn.Module.__getattr__`` calls from every call."""
-    uses: dict[str, int] = {}
-    chains = [[_steps(m.group(0)) for m in _CHAIN.finditer(code)] for code in codes]
-    for part in chains:
-        for steps in part:
-            for n in range(1, len(steps) + 1):
-                key = "".join(steps[:n])
-                uses[key] = uses.get(key, 0) + 1
-    names: dict[str, str] = {}
+    """The guard function: the parts in order, with each source prefix used more than
+    once computed once (see :func:`.source.hoist_shared_prefixes`), right before the
+    first part that reads it, so a part fails or raises at the same point as when each
+    part evaluated its sources in full."""
     lines = ["def ___guard(L):"]
-
-    def rewrite(match) -> str:
-        steps = _steps(match.group(0))
-        for n in range(len(steps), 0, -1):
-            key = "".join(steps[:n])
-            if key in names:
-                return names[key] + "".join(steps[n:])
-        return match.group(0)
-
-    for code, part in zip(codes, chains):
-        for steps in part:
-            for n in range(1, len(steps) + 1):
-                key = "".join(steps[:n])
-                if uses[key] > 1 and key not in names:
-                    parent = "".join(steps[:n - 1])
-                    expr = (names[parent] + steps[n - 1]) if parent in names else key
-                    names[key] = f"___v{len(names)}"
-                    lines.append(f"    {names[key]} = {expr}")
-        lines.append(f"    if not ({_CHAIN.sub(rewrite, code)}):")
+    for setup, code in hoist_shared_prefixes(codes):
+        lines += ["    " + line for line in setup]
+        lines.append(f"    if not ({code}):")
         lines.append("        return False")
     lines.append("    return True")
     return "\n".join(lines) + "\n"

@@ -43,3 +43,60 @@ def globals_dict_name(module_name: str) -> str:
 def compile_getter(source: str, env: dict):
     """``fn(L) -> value`` evaluating ``source`` with ``env`` (holding G etc.) as globals."""
     return eval(f"lambda L: {source}", env)
+
+
+# A source chain: a root (L[...], G[...], ___g_<module>[...]) and its .attr / [key] steps.
+_ITEM = r"\[(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|-?\d+)\]"
+_STEP = re.compile(r"\.[A-Za-z_][A-Za-z0-9_]*|" + _ITEM)
+_CHAIN = re.compile(r"(?<![\w.])(?:L|G|___g_\w+)" + _ITEM + r"(?:\.[A-Za-z_][A-Za-z0-9_]*|" + _ITEM + r")*")
+
+
+def _steps(chain: str) -> list[str]:
+    """``L['self'].ln.weight`` -> ``["L['self']", ".ln", ".weight"]``."""
+    first = _STEP.match(chain, chain.index("["))
+    out = [chain[:first.end()]]
+    pos = first.end()
+    while pos < len(chain):
+        m = _STEP.match(chain, pos)
+        out.append(m.group(0))
+        pos = m.end()
+    return out
+
+
+def hoist_shared_prefixes(codes: list[str]) -> list[tuple[list[str], str]]:
+    """Per expression of ``codes`` (Python source reading sources), the assignments to
+    run before it and its text rewritten to use them: every source prefix used more
+    than once (``L['self'].ln`` in each check of ``L['self'].ln.weight``) is computed
+    once into a local ``___v<n>``, at its first use.  Reading a module attribute goes
+    through ``nn.Module.__getattr__`` (about a microsecond); guards and argument getters
+    read the same paths many times per call."""
+    chains = [[_steps(m.group(0)) for m in _CHAIN.finditer(code)] for code in codes]
+    uses: dict[str, int] = {}
+    for part in chains:
+        for steps in part:
+            for n in range(1, len(steps) + 1):
+                key = "".join(steps[:n])
+                uses[key] = uses.get(key, 0) + 1
+    names: dict[str, str] = {}
+
+    def rewrite(match) -> str:
+        steps = _steps(match.group(0))
+        for n in range(len(steps), 0, -1):
+            key = "".join(steps[:n])
+            if key in names:
+                return names[key] + "".join(steps[n:])
+        return match.group(0)
+
+    out = []
+    for code, part in zip(codes, chains):
+        setup = []
+        for steps in part:
+            for n in range(1, len(steps) + 1):
+                key = "".join(steps[:n])
+                if uses[key] > 1 and key not in names:
+                    parent = "".join(steps[:n - 1])
+                    expr = (names[parent] + steps[n - 1]) if parent in names else key
+                    names[key] = f"___v{len(names)}"
+                    setup.append(f"{names[key]} = {expr}")
+        out.append((setup, _CHAIN.sub(rewrite, code)))
+    return out
