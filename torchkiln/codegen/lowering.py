@@ -707,13 +707,14 @@ def _var_mean(x, dim, correction, keepdim):
     n = cast(IndexValue(count, torch.int64), acc)
     corr = 1 if correction is None else correction
     denom = Op("maximum", (Op("sub", (n, cast(loader_for(corr)([]), acc)), acc), Constant(0.0, acc)), acc)
-    if count == 0:  # eager: the mean and variance of nothing are NaN
-        xs = x.get_size()
-        size = [sympy.Integer(1) if i in dims else s for i, s in enumerate(xs)] if keepdim else \
-            [s for i, s in enumerate(xs) if i not in dims]
-        nan = Constant(math.nan, acc)
-        return tuple(TensorBox(Pointwise(size, odt, x.device, lambda idx: cast(nan, odt))) for _ in range(2))
     mean = make_reduction(x, dims, keepdim, "welford_mean", acc, acc, lambda v: cast(v, acc))
+    if count in (0, 1):  # nothing to reduce; eager: var and mean of nothing are NaN
+        data, first = mean.data, [sympy.Integer(0)] * len(dims)
+        nan = Constant(math.nan, acc)
+        var = nan if count == 0 else Op("truediv", (Constant(0.0, acc), denom), acc)  # M2 of one element: 0
+        return (TensorBox(Pointwise(data.size, odt, x.device, lambda idx: cast(var, odt))),
+                TensorBox(Pointwise(data.size, odt, x.device,
+                                    lambda idx: cast(nan if count == 0 else data.inner_fn(idx, first), odt))))
     m2 = make_reduction(x, dims, keepdim, "welford_m2", acc, acc, lambda v: cast(v, acc))
     var = TensorBox(Pointwise(m2.get_size(), odt, x.device,
                               lambda idx, ld=m2.make_loader(): cast(Op("truediv", (ld(idx), denom), acc), odt)))

@@ -324,7 +324,8 @@ class CppKernel:
         ind = scope.indent
         clauses, after = [], []
         reduces = [s for s in loop.body if isinstance(s, Reduce)]
-        scalar = any(r.reduction_type in ("argmax", "argmin") for r in reduces) or self.serial
+        scalar = (any(r.reduction_type in ("argmax", "argmin") for r in reduces) or self.serial
+                  or not k.reduction_vars)  # no reduction dims (all of size 1): one point, no loop
         welfords = [r for r in reduces if r.reduction_type == "welford"]
         for r in reduces:
             acc = f"{r.name}"

@@ -369,8 +369,24 @@ class KernelRenderer:
         ctx = _Context("[XBLOCK]", "xmask", "xzero", _Scope(), lines, "    ")
         for loop in self.k.loops:
             for s in loop.body:
-                self.store(s, ctx)
+                if isinstance(s, ir.Reduce):
+                    self.reduce_one_point(s, ctx)
+                else:
+                    self.store(s, ctx)
         return "\n".join(lines)
+
+    def reduce_one_point(self, r: ir.Reduce, ctx: _Context) -> None:
+        """A Reduce in a kernel without reduction dims (all reduced dims have size 1)."""
+        val, t = self.value(r.value, ctx), r.reduction_type
+        if t == "welford":
+            self.reduced[ir.welford_mean(r.name)] = self.emit(ctx, f"{val}.to({_tile_dtype(r)})")
+            self.reduced[ir.welford_m2(r.name)] = self.emit(ctx, f"tl.zeros({ctx.shape}, {_tile_dtype(r)})")
+        elif t in ("argmax", "argmin"):
+            self.reduced[r.name] = self.emit(ctx, f"tl.zeros({ctx.shape}, tl.int64)")
+        elif t in ("any", "all") or r.dtype == torch.bool:
+            self.reduced[r.name] = self.emit(ctx, f"({val} != 0)")
+        else:
+            self.reduced[r.name] = self.emit(ctx, f"{val}.to({compute_dtype(r.dtype)})")
 
     def render_persistent(self) -> str:
         self.reduced.clear()
