@@ -489,7 +489,7 @@ class CppKernel:
                 inner.lines.append(
                     f"{indent}if ({acc}_first || ({v} {cmp} {acc}_v){nan}) {{ {acc}_v = {v}; {acc} = {cexpr(st.index)}; {acc}_first = false; }}")
 
-    TILE = 16
+    TILE = 128  # outputs per tile: 512 contiguous bytes per row of a float column reduction (16: 5x slower)
 
     def _render_tiled(self, lines, parallel) -> str:
         """A reduction over outer dims (``sum(0)`` of a row-major tensor): for each tile of
