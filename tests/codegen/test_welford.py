@@ -154,6 +154,16 @@ def test_cpp_source_is_vectorized(path_config):
     assert "xb +=" in compiled.kernel_source and "KILN_WELFORD_LANES" not in compiled.kernel_source
 
 
+def test_cpp_short_inner_rows_two_pass(path_config):
+    """batch_norm-like reductions (several dims, innermost short) run as two passes on
+    C++ (mean, then squared deviations); still exact for big offsets."""
+    x = _randn(16, 3, 6, 5, offset=1e4)
+    compiled, (var, mean) = _compile(lambda x: tuple(torch.var_mean(x, (0, 2, 3))), [x], path_config, "cpp")
+    assert "_sum +=" in compiled.kernel_source and "KILN_WELFORD_LANES" not in compiled.kernel_source
+    torch.testing.assert_close(var.double(), x.double().var((0, 2, 3)), rtol=2e-3, atol=0)
+    torch.testing.assert_close(mean.double(), x.double().mean((0, 2, 3)), rtol=1e-6, atol=0)
+
+
 def test_cpp_welford_with_argmax_in_one_loop(path_config):
     """A welford sharing its reduction loop with argmax runs the scalar Welford update."""
     compiled = _check(lambda x: (x.var(-1), x.argmax(-1)), [_randn(5, 77)], path_config, "cpp")
@@ -211,3 +221,27 @@ def test_layer_norm_stays_one_kernel(path_config):
                       path_config, "cpp")
     assert metrics.generated_kernel_count - before == 1
     assert [lp.reduction for lp in compiled.kernels[0].loops] == [True, True]
+
+
+@pytest.mark.parametrize("path", ["cpp", pytest.param("triton", marks=TRITON)])
+def test_dynamic_sizes(path):
+    """torchkiln.compile(dynamic=True): one graph serves rows of every length (whole lane
+    chunks, tail lanes only, both) and multi-dim reductions with a symbolic inner size."""
+    import warnings
+
+    import torchkiln
+
+    def fn(x, y):
+        return torch.var_mean(x, -1), F.layer_norm(x, x.shape[-1:]), y.var((0, 2), correction=0)
+
+    torchkiln.reset()
+    with codegen.config.patch(cpu_backend="cpp" if path == "cpp" else "triton"):
+        compiled = torchkiln.compile(fn, dynamic=True)
+        for i, (n, m) in enumerate([(100, 9), (7, 70), (128, 3), (130, 65)]):
+            xs = [_randn(3, n, offset=100.0, seed=i), _randn(5, 2, m, offset=100.0, seed=i + 10)]
+            with warnings.catch_warnings(record=True) as log:
+                warnings.simplefilter("always")
+                out = compiled(*xs)
+            assert not [str(w.message) for w in log if "torchkiln" in str(w.message) or "torchkiln" in str(w.filename)]
+            torch.testing.assert_close(out, fn(*xs), atol=1e-4, rtol=1e-4)
+    torchkiln.reset()

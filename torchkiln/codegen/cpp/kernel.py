@@ -327,6 +327,7 @@ class CppKernel:
         scalar = (any(r.reduction_type in ("argmax", "argmin") for r in reduces) or self.serial
                   or not k.reduction_vars)  # no reduction dims (all of size 1): one point, no loop
         welfords = [r for r in reduces if r.reduction_type == "welford"]
+        two_pass = welfords and not scalar and self._short_inner_rows()
         for r in reduces:
             acc = f"{r.name}"
             t = vtype(r.dtype)
@@ -350,6 +351,10 @@ class CppKernel:
             elif rt == "welford" and scalar:
                 scope.lines.append(f"{ind}{t} {acc}_smean = 0, {acc}_sm2 = 0; int64_t {acc}_sn = 0;")
                 self.reductions[welford_mean(acc)], self.reductions[welford_m2(acc)] = f"{acc}_smean", f"{acc}_sm2"
+            elif rt == "welford" and two_pass:
+                scope.lines.append(f"{ind}{t} {acc}_sum = 0, {welford_m2(acc)} = 0;")
+                clauses.append(f"reduction(+:{welford_m2(acc)})")
+                self.reductions[welford_mean(acc)], self.reductions[welford_m2(acc)] = welford_mean(acc), welford_m2(acc)
             elif rt == "welford":
                 scope.lines.append(f"{ind}{t} " + ", ".join(f"{acc}_{p}[{self.LANES}] = {{}}"
                                                             for p in ("lmean", "lm2", "tmean", "tm2")) + ";")
@@ -363,19 +368,50 @@ class CppKernel:
                 scope.lines.append(f"{ind}int64_t {acc} = 0;")
                 scope.lines.append(f"{ind}bool {acc}_first = true;")
                 self.reductions[r.name] = acc
-        if welfords and not scalar:
+        if welfords and not scalar and not two_pass:
             self._welford_lanes(loop, scope, clauses, welfords)
         else:
+            if two_pass:
+                self._welford_mean_pass(welfords, scope)
             pragma = None if scalar else "#pragma omp simd " + " ".join(clauses)
             if not scalar and len(k.reduction_vars) > 1:
                 pragma += f" collapse({len(k.reduction_vars)})"
             loop_lines, indent = self._loop_nest(k.reduction_vars, k.reduction_ranges, ind, pragma)
             inner = Scope(scope, indent, hoist=scope, loop_vars=k.reduction_vars)
-            self._reduction_body(loop, inner)
+            self._reduction_body(loop, inner, "two_pass" if two_pass else None)
             scope.lines += loop_lines + inner.lines
             for d in range(len(k.reduction_vars), 0, -1):
                 scope.lines.append(ind + "  " * (d - 1) + "}")
         scope.lines += after
+
+    def _short_inner_rows(self) -> bool:
+        """Several reduction dims, the innermost shorter than the widest lane group (a
+        batch_norm over N, H, W): lanes would stay mostly idle, one dependent update per
+        short row, so welford runs as two vectorized passes over the (collapsed) loop
+        nest instead: the mean, then the sum of squared deviations from it."""
+        k = self.k
+        if len(k.reduction_vars) < 2:
+            return False
+        inner = sympy.sympify(sympy.sympify(k.reduction_ranges[-1]).xreplace(k.size_hints))
+        return bool(inner.is_number and int(inner) < 64)
+
+    def _welford_mean_pass(self, welfords, scope: Scope) -> None:
+        """The first pass of a two-pass welford: ``name_mean`` = sum(value) / n."""
+        k, ind = self.k, scope.indent
+        sums = " ".join(f"reduction(+:{r.name}_sum)" for r in welfords)
+        loop_lines, indent = self._loop_nest(k.reduction_vars, k.reduction_ranges, ind,
+                                             f"#pragma omp simd {sums} collapse({len(k.reduction_vars)})")
+        inner = Scope(scope, indent, hoist=scope, loop_vars=k.reduction_vars)
+        for r in welfords:
+            inner.lines.append(f"{indent}{r.name}_sum += {self.emit(r.value, inner)};")
+        scope.lines += loop_lines + inner.lines
+        for d in range(len(k.reduction_vars), 0, -1):
+            scope.lines.append(ind + "  " * (d - 1) + "}")
+        n = cexpr(k.reduction_numel)
+        for r in welfords:
+            t = vtype(r.dtype)
+            scope.lines.append(f"{ind}const {t} {welford_mean(r.name)} = ({n}) > 0 ? "
+                               f"{r.name}_sum / static_cast<{t}>({n}) : static_cast<{t}>(0);")
 
     #: Welford lanes: the innermost reduction index runs in chunks of LANES points, one
     #: per lane, so every lane has seen the same count and ``1/count`` is one scalar per
@@ -453,7 +489,8 @@ class CppKernel:
 
     def _reduction_body(self, loop, inner: Scope, lanes=None) -> None:
         """The statements of one reduction point; ``lanes``: inside a Welford lane loop,
-        ``(part, lane index, 1/count variable prefix)`` (see ``_welford_lanes``)."""
+        ``(part, lane index, 1/count variable prefix)`` (see ``_welford_lanes``), or
+        ``"two_pass"``: the second pass of a two-pass welford."""
         indent = inner.indent
         for st in loop.body:
             if isinstance(st, Store):
@@ -474,6 +511,9 @@ class CppKernel:
                 inner.lines.append(f"{indent}{acc} = ({v} {cmp} {acc}) ? {v} : {acc};")
                 if st.value.dtype.is_floating_point:
                     inner.lines.append(f"{indent}{acc}_nan |= ({v} != {v});")
+            elif rt == "welford" and lanes == "two_pass":
+                inner.lines.append(f"{indent}{{ const {vtype(st.dtype)} d = {v} - {welford_mean(acc)}; "
+                                   f"{welford_m2(acc)} += d * d; }}")
             elif rt == "welford" and lanes is None:
                 t = vtype(st.dtype)
                 inner.lines.append(f"{indent}{{ {acc}_sn++; const {t} d = {v} - {acc}_smean; "
