@@ -174,6 +174,7 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
         return default_partition(joint_gm, joint_inputs, num_fwd_outputs=num_fwd_outputs)
     fwd_nodes, bwd_needed = _backward_uses(joint_gm, num_fwd_outputs)
     tangent_dep = _tangent_dependent(joint_gm)
+    fw_outputs = {o for o in _outputs(joint_gm)[:num_fwd_outputs] if isinstance(o, fx.Node)}
     g = nx.DiGraph()
     for n in joint_gm.graph.nodes:
         if n.op == "output" or n not in (fwd_nodes | bwd_needed):
@@ -185,8 +186,12 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
         if not _recomputable(n):
             # Must be computed in the forward: it is available to save, never recomputed.
             g.add_edge("source", n.name + "_in", capacity=math.inf)
-        # A primal is alive anyway: saving it is slightly cheaper than an equal-sized intermediate.
-        g.add_edge(n.name + "_in", n.name + "_out", capacity=_nbytes(n) * (0.9 if _is_primal(n) else 1.0))
+        # A primal is alive anyway: saving it is slightly cheaper than an equal-sized
+        # intermediate.  A forward output is materialized and handed to the caller anyway:
+        # saving it costs least (softmax's backward then reads its output, as eager's
+        # does, instead of recomputing exp from the input).
+        scale = 0.8 if n in fw_outputs else 0.9 if _is_primal(n) else 1.0
+        g.add_edge(n.name + "_in", n.name + "_out", capacity=_nbytes(n) * scale)
         for u in n.users:
             if u.op != "output":
                 g.add_edge(n.name + "_out", u.name + "_in", capacity=math.inf)
