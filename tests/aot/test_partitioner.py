@@ -92,3 +92,24 @@ def test_graph_constants_are_read_again_in_the_backward():
     fw_outputs = next(n for n in rec.graphs[0].graph.nodes if n.op == "output").args[0]
     assert all(o.op != "get_attr" for o in fw_outputs)  # the constant is not saved
     assert any(n.op == "get_attr" and "val" in n.meta for n in rec.graphs[1].graph.nodes)
+
+
+def test_min_cut_saves_a_forward_output_rather_than_recompute_it():
+    # softmax's output is handed to the caller anyway: the backward reads it (as eager's
+    # does) instead of recomputing exp(x - max) / sum from the saved input.
+    from torchkiln.aot import aot_function
+
+    fw, bw = GraphRecorder(), GraphRecorder()
+    x = torch.randn(8, 16, requires_grad=True)
+    out = aot_function(lambda t: torch.softmax(t, -1), fw, bw,
+                       partition_fn=min_cut_rematerialization_partition,
+                       decompositions=torch._decomp.core_aten_decompositions())(x)
+    out.sum().backward()
+    ref = x.detach().requires_grad_(True)
+    torch.softmax(ref, -1).sum().backward()
+    torch.testing.assert_close(x.grad, ref.grad)
+    bw_ops = {n.target.overloadpacket.__name__ for n in bw.graphs[0].graph.nodes
+              if isinstance(getattr(n, "target", None), torch._ops.OpOverload)}
+    assert "exp" not in bw_ops, bw_ops
+    fw_outputs = next(n for n in fw.graphs[0].graph.nodes if n.op == "output").args[0]
+    assert fw_outputs[0] in fw_outputs[1:]  # the output is also the saved tensor
