@@ -23,7 +23,7 @@ import torchkiln
 from torchkiln.codegen import compile_fx_inner, config, cpp, metrics
 from torchkiln.utils.counters import counters
 
-compile_fx_module = importlib.import_module("torchkiln.codegen.compile_fx")  # the package exports a function of that name
+compile_fx_module = importlib.import_module("torchkiln.codegen.compile_fx")  # the package exports a function so named
 
 
 @pytest.fixture
