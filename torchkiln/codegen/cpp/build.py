@@ -141,7 +141,7 @@ def start_build(source: str) -> Build:
     directory = cache_dir("cpp")
     so_path = os.path.join(directory, f"{key}.so")
     with _lock:
-        future = _in_flight.get(key)
+        future = _in_flight.get(so_path)
         if future is not None:
             counters["inductor"]["cpp_cache_hit"] += 1
             return Build(future, source)
@@ -149,8 +149,8 @@ def start_build(source: str) -> Build:
             if _pool is None:
                 _pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, "torchkiln-cxx")
             future = _pool.submit(_compile, source, compiler, directory, key, so_path)
-            _in_flight[key] = future
-            future.add_done_callback(lambda _: _done(key))
+            _in_flight[so_path] = future
+            future.add_done_callback(lambda _: _done(so_path))
             return Build(future, source)
         counters["inductor"]["cpp_cache_hit"] += 1
     future = concurrent.futures.Future()
@@ -158,6 +158,6 @@ def start_build(source: str) -> Build:
     return Build(future, source)
 
 
-def _done(key: str) -> None:
+def _done(so_path: str) -> None:
     with _lock:
-        _in_flight.pop(key, None)
+        _in_flight.pop(so_path, None)
