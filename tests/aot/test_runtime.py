@@ -238,25 +238,23 @@ def test_captured_graph_compiled_in_its_entry_grad_mode():
     b.sum().backward()
 
 
-def _compiled_fn(fn, x):
-    g = torch.fx.symbolic_trace(fn)
-    return aot_module_simplified(g, [x], nop)
-
-
-@pytest.mark.parametrize("fn", [lambda x: (x * 2,), lambda x: (x.clone(),)], ids=["scaled", "gradient_is_tangent"])
-def test_broadcast_tangent_fill_reused_without_aliasing(fn):
-    # out.sum().backward() passes ones.expand(shape): the filled contiguous tangent is kept
-    # between calls, and a gradient that would alias it is copied, so accumulating into
-    # .grad never writes the kept tangent.
-    x = torch.randn(64, 80, requires_grad=True)  # >= _FilledTangents.MIN_NUMEL elements
-    f = _compiled_fn(fn, x)
+@pytest.mark.parametrize("fn", [lambda x: (x * 2,), lambda x: (x.clone(),), lambda x: (x.t() * 3,)],
+                         ids=["scaled", "gradient_is_tangent", "transposed"])
+def test_broadcast_scalar_tangent_reaches_a_backward_compiled_for_it(fn):
+    # out.sum().backward() passes ones.expand(shape): the backward is compiled once more
+    # with that tangent's stride-0 layout and gets the expanded tensor itself.
+    x = torch.randn(64, 80, requires_grad=True)
+    fw, bw = GraphRecorder(), GraphRecorder()
+    f = aot_function(fn, fw, bw)
     ref = x.detach().clone().requires_grad_(True)
-    for scale in (1.0, 1.0, 1.0, 2.0, -0.0):
-        f(x)[0].sum().mul(scale).backward() if scale != 1.0 else f(x)[0].sum().backward()
-        fn(ref)[0].sum().mul(scale).backward() if scale != 1.0 else fn(ref)[0].sum().backward()
+    for scale in (1.0, 1.0, 2.0, -0.0):
+        f(x)[0].sum().mul(scale).backward()
+        fn(ref)[0].sum().mul(scale).backward()
         torch.testing.assert_close(x.grad, ref.grad)
-    # a tangent with real values (not a broadcast scalar) after the cached ones
-    g = torch.randn(64, 80)
+    g = torch.randn_like(fn(ref)[0])  # a real tangent afterwards: the contiguous backward
     f(x)[0].backward(g)
     fn(ref)[0].backward(g)
     torch.testing.assert_close(x.grad, ref.grad)
+    strides = [[n.meta["val"].stride() for n in gm.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
+               for gm in bw.graphs]
+    assert len(bw.graphs) == 2 and strides[1] == [(0, 0)], strides

@@ -134,13 +134,18 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
     num_saved_syms = sum(1 for n in saved if not isinstance(n.meta.get("val"), torch.Tensor))
     with torch.no_grad():
         fw_compiled = aot_config.fw_compiler(fw_gm, _placeholder_vals(fw_gm))
-    bw_compiled = []
+    bw_compiled = {}
 
-    def get_bw():
-        if not bw_compiled:
+    def get_bw(broadcast: tuple = ()):
+        """The compiled backward.  ``broadcast``: positions of tangents that arrive as an
+        expanded scalar (``out.sum().backward()``: every stride 0); the backward is then
+        compiled once more for that layout, so its kernels read the scalar instead of a
+        full-size copy of it."""
+        if broadcast not in bw_compiled:
+            gm = _with_broadcast_tangents(bw_gm, broadcast) if broadcast else bw_gm
             with torch.no_grad():
-                bw_compiled.append(aot_config.bw_compiler(bw_gm, _placeholder_vals(bw_gm)))
-        return bw_compiled[0]
+                bw_compiled[broadcast] = aot_config.bw_compiler(gm, _placeholder_vals(gm))
+        return bw_compiled[broadcast]
 
     try:  # now, so that its build overlaps the forward's; on failure, again on first use
         get_bw()
@@ -161,6 +166,18 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
     autograd_runtime.fw_module = fw_gm
     autograd_runtime.bw_module = bw_gm
     return autograd_runtime
+
+
+def _with_broadcast_tangents(bw_gm: torch.fx.GraphModule, positions: tuple) -> torch.fx.GraphModule:
+    """A copy of ``bw_gm`` whose tangents at ``positions`` are expanded scalars (stride 0)."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(bw_gm.graph, {})
+    graph.output(out)
+    tangents = [n for n in graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
+    for i in positions:
+        val = tangents[i].meta["val"]
+        tangents[i].meta = {**tangents[i].meta, "val": val.as_strided(val.shape, [0] * val.dim())}
+    return torch.fx.GraphModule(bw_gm, graph)
 
 
 def _dedupe(args: list):

@@ -2,9 +2,10 @@
 
 * ``make_autograd_function``: a ``torch.autograd.Function`` per compiled graph pair, as
   torch.compile builds.  The forward runs the compiled forward graph and saves what the
-  partitioner chose; the backward graph is compiled on first use.  Outputs that do not
-  need grad are marked non-differentiable; missing (``None``) gradients are
-  materialized as zeros.  A backward that itself is differentiated raises
+  partitioner chose; the backward runs the compiled backward graph (compiled with the
+  forward; a tangent that arrives as an expanded scalar, as from ``out.sum()``, is passed
+  as is to a backward compiled for that layout).  Outputs that do not need grad are
+  marked non-differentiable; missing (``None``) gradients are materialized as zeros.  A backward that itself is differentiated raises
   ``RuntimeError("torch.compile with aot_autograd does not currently support double
   backward")`` when that second gradient is taken.
 * ``finish_call``: the epilogue everything a user observes goes through: input
@@ -17,7 +18,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 from typing import Callable
 
 import torch
@@ -45,7 +45,7 @@ class _NoDoubleBackward(torch.autograd.Function):
         raise RuntimeError(DOUBLE_BACKWARD_ERROR)
 
 
-def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[[], Callable], meta: ViewAndMutationMeta,
+def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], meta: ViewAndMutationMeta,
                            num_saved_tensors: int, num_fw_outs: int, forward_in_grad_mode: bool = False):
     """The ``autograd.Function`` class for one compiled forward/backward pair.
 
@@ -53,12 +53,12 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[[], Callable], m
     forward outputs (mutated inputs' new values, user outputs, intermediate bases); the
     compiled forward returns those, then ``num_saved_tensors`` saved tensors, then the
     saved SymInts.
-    ``get_bw_fn()`` compiles the backward graph on first call.  ``forward_in_grad_mode``:
+    ``get_bw_fn(broadcast=())`` returns the compiled backward graph, for the tangents at
+    positions ``broadcast`` arriving as expanded scalars (compiling it on first call).  ``forward_in_grad_mode``:
     run the forward graph on detached inputs with grad mode on, for kernels that only
     produce what their backward needs when it is (oneDNN RNN layers' workspace).
     """
     diff_mask = meta.fw_output_differentiable()
-    filled_tangents = _FilledTangents()
     mutated_data = [i for i in meta.mutated_inputs if meta.inputs[i].mutates_data]
 
     class CompiledFunction(torch.autograd.Function):
@@ -92,65 +92,38 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[[], Callable], m
 
         @staticmethod
         def backward(ctx, *grad_outs):
-            tangents, cached = [], []
+            tangents, broadcast = [], []
             grads_in = (g for g, d in zip(grad_outs, diff_mask) if d)
             for i, (g, (shape, dtype, device)) in enumerate(zip(grads_in, ctx.tangent_meta)):
                 if g is None:
                     g = torch.zeros(shape, dtype=dtype, device=device)
+                elif _is_broadcast_scalar(g):
+                    broadcast.append(i)  # passed as is, to a backward compiled for it
                 elif not g.is_contiguous():
-                    filled = filled_tangents.get(i, g)
-                    if filled is not None:
-                        cached.append(filled)
-                        g = filled
-                    else:
-                        g = g.contiguous()
+                    g = g.contiguous()
                 tangents.append(g)
             args = [*ctx.saved_syms, *ctx.saved_tensors, *tangents]
-            bw_fn = get_bw_fn()
+            bw_fn = get_bw_fn(tuple(broadcast)) if broadcast else get_bw_fn()
             if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
                 grads = _NoDoubleBackward.apply(bw_fn, *args)
             else:
                 grads = call_compiled(bw_fn, args)
             grads = list(grads)
-            if cached:  # a gradient must never alias a cached tangent (autograd may accumulate into it)
-                ptrs = {t.untyped_storage().data_ptr() for t in cached}
-                grads = [g.clone() if isinstance(g, torch.Tensor) and g.untyped_storage().data_ptr() in ptrs else g
-                         for g in grads]
             return tuple(grads) + (None,) * (ctx.num_args - len(grads))
 
     return CompiledFunction
 
 
-class _FilledTangents:
-    """Contiguous copies of broadcast-scalar tangents, kept between backward calls.
+BROADCAST_TANGENT_MIN_NUMEL = 4096
 
-    ``out.sum().backward()`` hands the backward ``ones.expand(out.shape)``: every stride
-    0.  The compiled backward wants the traced (contiguous) layout, and materializing it
-    on every call costs a full-size allocation and fill that eager never pays (its
-    kernels read the expanded tensor).  For CPU tensors that do not require grad, the
-    filled tensor is kept per tangent position and reused while the scalar, shape and
-    dtype stay the same; the backward never writes its inputs.
-    """
 
-    MIN_NUMEL = 4096  # below this a fresh fill is as cheap as the .item() that checks the cache
-
-    def __init__(self) -> None:
-        self.entries: dict = {}
-
-    def get(self, i: int, g: torch.Tensor):
-        """The cached contiguous fill for ``g``, or None where ``g`` is not a broadcast scalar."""
-        if (g.device.type != "cpu" or g.requires_grad or g.numel() < self.MIN_NUMEL
-                or any(s != 0 for s in g.stride())):
-            return None
-        value = g.as_strided((), (), g.storage_offset()).item()
-        sign = math.copysign(1.0, value) if isinstance(value, float) else 1.0  # -0.0 is not 0.0 here
-        key = (tuple(g.shape), g.dtype, value, sign)
-        hit = self.entries.get(i)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        filled = torch.full(g.shape, value, dtype=g.dtype)
-        self.entries[i] = (key, filled)
-        return filled
+def _is_broadcast_scalar(g: torch.Tensor) -> bool:
+    """``ones.expand(shape)`` and the like: one value seen through stride-0 dims only, with
+    at least ``BROADCAST_TANGENT_MIN_NUMEL`` elements.  Eager's kernels read such a tangent
+    in place; materializing it contiguously costs a full-size allocation and fill per
+    backward (below the threshold, less than compiling a second backward)."""
+    return (g.numel() >= BROADCAST_TANGENT_MIN_NUMEL
+            and all(s == 0 or n == 1 for n, s in zip(g.shape, g.stride())))
 
 
 def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
