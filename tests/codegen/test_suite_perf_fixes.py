@@ -75,3 +75,27 @@ def test_pow_half_integer_exponent():
 
     x = (torch.rand(8, 16) + 0.5).to(torch.bfloat16)
     _check(_compile(fn, x), fn, x, tol=1e-2)
+
+
+def _masked_softmax(x, mask):
+    # nanoGPT's causal attention without SDPA: masked_fill(~mask, -inf), softmax
+    return (torch.softmax(x.masked_fill(~mask, float("-inf")), -1),)
+
+
+def test_bool_buffers_are_bytes_compared_with_zero():
+    x = torch.randn(2, 3, 16, 16)
+    mask = torch.tril(torch.ones(16, 16, dtype=torch.bool))
+    c = _compile(_masked_softmax, x, mask)
+    assert "const bool*" not in c.kernel_source and "const uint8_t* __restrict__" in c.kernel_source
+    _check(c, _masked_softmax, x, mask)
+
+
+def test_bool_store_load_and_reductions():
+    def fn(x, m):
+        b = (x > 0) ^ m
+        return b, b.any(-1), b.all(0), torch.where(b, x, -x).sum(), (~m).to(torch.float32) * x
+
+    x = torch.randn(9, 17)
+    m = torch.rand(9, 17) > 0.5
+    c = _compile(fn, x, m)
+    _check(c, fn, x, m, tol=1e-5)

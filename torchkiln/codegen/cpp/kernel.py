@@ -24,12 +24,14 @@ from ..printers import cexpr
 CTYPES = {
     torch.float32: "float", torch.float64: "double", torch.float16: "uint16_t", torch.bfloat16: "uint16_t",
     torch.int64: "int64_t", torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",
-    torch.uint8: "uint8_t", torch.bool: "bool",
+    torch.uint8: "uint8_t", torch.bool: "uint8_t",
 }
 
 
 def ctype(dtype: torch.dtype) -> str:
-    """C type of a buffer element."""
+    """C type of a buffer element.  A bool tensor's bytes are read as ``uint8_t`` and
+    compared with 0: GCC vectorizes ``bool`` loads in ``omp simd`` loops poorly (a
+    masked softmax ran 4-9x slower with ``const bool*``)."""
     if dtype not in CTYPES:
         raise NotImplementedError(f"C++ kernels do not support {dtype}")
     return CTYPES[dtype]
@@ -37,6 +39,8 @@ def ctype(dtype: torch.dtype) -> str:
 
 def vtype(dtype: torch.dtype) -> str:
     """C type a value of ``dtype`` is computed in (float for half and bfloat16)."""
+    if dtype == torch.bool:
+        return "bool"
     return "float" if dtype in (torch.float16, torch.bfloat16) else ctype(dtype)
 
 
@@ -162,6 +166,8 @@ class CppKernel:
                 return f"kiln_h2f({ref})"
             if value.dtype == torch.bfloat16:
                 return f"kiln_bf2f({ref})"
+            if value.dtype == torch.bool:
+                return f"({ref} != 0)"
             return ref
         if isinstance(value, IndexValue):
             return f"static_cast<{vtype(value.dtype)}>({cexpr(value.expr)})"
