@@ -46,7 +46,8 @@ class _NoDoubleBackward(torch.autograd.Function):
 
 
 def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], meta: ViewAndMutationMeta,
-                           num_saved_tensors: int, num_fw_outs: int, forward_in_grad_mode: bool = False):
+                           num_saved_tensors: int, num_fw_outs: int, forward_in_grad_mode: bool = False,
+                           broadcast_ok: frozenset = frozenset()):
     """The ``autograd.Function`` class for one compiled forward/backward pair.
 
     ``forward(ctx, *args)`` takes the graph inputs (tensors and SymInts) and returns the
@@ -54,7 +55,8 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
     compiled forward returns those, then ``num_saved_tensors`` saved tensors, then the
     saved SymInts.
     ``get_bw_fn(broadcast=())`` returns the compiled backward graph, for the tangents at
-    positions ``broadcast`` arriving as expanded scalars (compiling it on first call).  ``forward_in_grad_mode``:
+    positions ``broadcast`` arriving as expanded scalars (compiling it on first call);
+    only positions in ``broadcast_ok`` are passed that way, the others are made contiguous.  ``forward_in_grad_mode``:
     run the forward graph on detached inputs with grad mode on, for kernels that only
     produce what their backward needs when it is (oneDNN RNN layers' workspace).
     """
@@ -97,7 +99,7 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
             for i, (g, (shape, dtype, device)) in enumerate(zip(grads_in, ctx.tangent_meta)):
                 if g is None:
                     g = torch.zeros(shape, dtype=dtype, device=device)
-                elif _is_broadcast_scalar(g):
+                elif i in broadcast_ok and _is_broadcast_scalar(g):
                     broadcast.append(i)  # passed as is, to a backward compiled for it
                 elif not g.is_contiguous():
                     g = g.contiguous()
