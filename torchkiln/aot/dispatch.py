@@ -1,6 +1,7 @@
 """The pipeline for one set of inputs: fake inputs → view/mutation analysis →
 (inference graph | joint graph → partition) → compile the forward, then the backward
-(again on first use if that fails) → runtime wrapper.  Also: duplicate-argument dedup and size guards.
+(again on first use if that fails) → runtime wrapper.  Also: duplicate-argument dedup
+and size guards.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from ..utils.counters import counters
 from ..utils.logging import get_artifact_logger
 from .analysis import ViewAndMutationMeta, run_analysis
+from .broadcast_tangents import broadcast_positions, with_broadcast_tangents
 from .config import config
 from .fakes import make_fake_inputs, tracing_context
 from .partitioners import default_partition, min_cut_rematerialization_partition
@@ -142,7 +144,7 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
         compiled once more for that layout, so its kernels read the scalar instead of a
         full-size copy of it."""
         if broadcast not in bw_compiled:
-            gm = _with_broadcast_tangents(bw_gm, broadcast) if broadcast else bw_gm
+            gm = with_broadcast_tangents(bw_gm, broadcast) if broadcast else bw_gm
             with torch.no_grad():
                 bw_compiled[broadcast] = aot_config.bw_compiler(gm, _placeholder_vals(gm))
         return bw_compiled[broadcast]
@@ -157,7 +159,7 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
     grad_mode_kernels = any(n.target is torch.ops.aten.mkldnn_rnn_layer.default for n in fw_gm.graph.nodes)
     fn_cls = make_autograd_function(fw_compiled, get_bw, meta, len(saved) - num_saved_syms, num_fw_outs,
                                     forward_in_grad_mode=grad_mode_kernels,
-                                    broadcast_ok=_broadcast_tangent_positions(bw_gm))
+                                    broadcast_ok=broadcast_positions(bw_gm))
     returned = list(meta.mutated_inputs)
 
     def autograd_runtime(*args):
@@ -167,48 +169,6 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
     autograd_runtime.fw_module = fw_gm
     autograd_runtime.bw_module = bw_gm
     return autograd_runtime
-
-
-_VIEWS = frozenset("view _unsafe_view reshape permute t transpose expand unsqueeze squeeze slice select alias "
-                   "as_strided".split())
-_REDUCTIONS = frozenset("sum mean amax amin prod var var_mean".split())
-
-
-def _broadcast_tangent_positions(bw_gm: torch.fx.GraphModule) -> frozenset:
-    """Tangents that may reach the backward as an expanded scalar: those read only by
-    pointwise ops and reductions (through views), which a code generator can read at
-    stride 0.  A tangent that reaches a matmul or any other ATen kernel is made
-    contiguous first: such a kernel would copy a stride-0 operand itself, on every call."""
-    ok = set()
-    tangents = [n for n in bw_gm.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
-    for i, t in enumerate(tangents):
-        stack, fine = list(t.users), True
-        while stack and fine:
-            n = stack.pop()
-            target = getattr(n.target, "overloadpacket", None)
-            name = target.__name__ if target is not None else ""
-            if n.op == "output":
-                fine = False  # a gradient that is the tangent itself: give autograd a real tensor
-            elif name in _VIEWS:
-                stack.extend(n.users)
-            elif not (name in _REDUCTIONS or (isinstance(n.target, torch._ops.OpOverload)
-                                              and torch.Tag.pointwise in n.target.tags)):
-                fine = False
-        if fine:
-            ok.add(i)
-    return frozenset(ok)
-
-
-def _with_broadcast_tangents(bw_gm: torch.fx.GraphModule, positions: tuple) -> torch.fx.GraphModule:
-    """A copy of ``bw_gm`` whose tangents at ``positions`` are expanded scalars (stride 0)."""
-    graph = torch.fx.Graph()
-    out = graph.graph_copy(bw_gm.graph, {})
-    graph.output(out)
-    tangents = [n for n in graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
-    for i in positions:
-        val = tangents[i].meta["val"]
-        tangents[i].meta = {**tangents[i].meta, "val": val.as_strided(val.shape, [0] * val.dim())}
-    return torch.fx.GraphModule(bw_gm, graph)
 
 
 def _dedupe(args: list):

@@ -5,7 +5,8 @@
   partitioner chose; the backward runs the compiled backward graph (compiled with the
   forward; a tangent that arrives as an expanded scalar, as from ``out.sum()``, is passed
   as is to a backward compiled for that layout).  Outputs that do not need grad are
-  marked non-differentiable; missing (``None``) gradients are materialized as zeros.  A backward that itself is differentiated raises
+  marked non-differentiable; missing (``None``) gradients are materialized as zeros.
+  A backward that itself is differentiated raises
   ``RuntimeError("torch.compile with aot_autograd does not currently support double
   backward")`` when that second gradient is taken.
 * ``finish_call``: the epilogue everything a user observes goes through: input
@@ -23,6 +24,7 @@ from typing import Callable
 import torch
 
 from .analysis import ALIAS_OF_INPUT, ALIAS_OF_INTERMEDIATE, ALIAS_OF_OUTPUT, IS_INPUT, ViewAndMutationMeta
+from .broadcast_tangents import is_broadcast_scalar
 
 DOUBLE_BACKWARD_ERROR = "torch.compile with aot_autograd does not currently support double backward"
 
@@ -56,8 +58,8 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
     saved SymInts.
     ``get_bw_fn(broadcast=())`` returns the compiled backward graph, for the tangents at
     positions ``broadcast`` arriving as expanded scalars (compiling it on first call);
-    only positions in ``broadcast_ok`` are passed that way, the others are made contiguous.  ``forward_in_grad_mode``:
-    run the forward graph on detached inputs with grad mode on, for kernels that only
+    only positions in ``broadcast_ok`` are passed that way, the others are made
+    contiguous.  ``forward_in_grad_mode``: run the forward graph on detached inputs with grad mode on, for kernels that only
     produce what their backward needs when it is (oneDNN RNN layers' workspace).
     """
     diff_mask = meta.fw_output_differentiable()
@@ -99,7 +101,7 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
             for i, (g, (shape, dtype, device)) in enumerate(zip(grads_in, ctx.tangent_meta)):
                 if g is None:
                     g = torch.zeros(shape, dtype=dtype, device=device)
-                elif i in broadcast_ok and _is_broadcast_scalar(g):
+                elif i in broadcast_ok and is_broadcast_scalar(g):
                     broadcast.append(i)  # passed as is, to a backward compiled for it
                 elif not g.is_contiguous():
                     g = g.contiguous()
@@ -114,18 +116,6 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
             return tuple(grads) + (None,) * (ctx.num_args - len(grads))
 
     return CompiledFunction
-
-
-BROADCAST_TANGENT_MIN_NUMEL = 4096
-
-
-def _is_broadcast_scalar(g: torch.Tensor) -> bool:
-    """``ones.expand(shape)`` and the like: one value seen through stride-0 dims only, with
-    at least ``BROADCAST_TANGENT_MIN_NUMEL`` elements.  Eager's kernels read such a tangent
-    in place; materializing it contiguously costs a full-size allocation and fill per
-    backward (below the threshold, less than compiling a second backward)."""
-    return (g.numel() >= BROADCAST_TANGENT_MIN_NUMEL
-            and all(s == 0 or n == 1 for n, s in zip(g.shape, g.stride())))
 
 
 def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
