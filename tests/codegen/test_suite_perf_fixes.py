@@ -99,3 +99,47 @@ def test_bool_store_load_and_reductions():
     m = torch.rand(9, 17) > 0.5
     c = _compile(fn, x, m)
     _check(c, fn, x, m, tol=1e-5)
+
+
+def _bn_relu_grad_sums(g, y, x, mean):
+    # batch_norm backward after relu: sums over N, H, W of a relu-masked gradient
+    gm = torch.where(y <= 0, 0.0, g)
+    return gm.sum((0, 2, 3)), (gm * (x - mean[None, :, None, None])).sum((0, 2, 3))
+
+
+def _plain_sums(x):
+    return x.sum((0, 2, 3)), (x * x).sum((0, 2, 3))
+
+
+def test_select_in_multi_dim_reduction_vectorizes_innermost_loop():
+    g, y, x = (torch.randn(3, 5, 7, 20) for _ in range(3))
+    mean = torch.randn(5)
+    c = _compile(_bn_relu_grad_sums, g, y, x, mean)
+    assert "collapse(3)" not in c.kernel_source and "#pragma omp simd reduction" in c.kernel_source
+    _check(c, _bn_relu_grad_sums, g, y, x, mean, tol=1e-4)
+
+
+def test_plain_multi_dim_reduction_keeps_collapsed_simd():
+    x = torch.randn(3, 5, 7, 20)
+    c = _compile(_plain_sums, x)
+    assert "collapse(3)" in c.kernel_source
+    _check(c, _plain_sums, x, tol=1e-4)
+
+
+def test_batch_norm_training_forward_backward():
+    # both reduction shapes (welford two-pass forward, masked sums backward) end to end
+    import torchkiln
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    x = torch.randn(2, 3, 9, 9)
+    ref = m(x)
+    ref.sum().backward()
+    ref_grads = [p.grad.clone() for p in m.parameters()]
+    torch.manual_seed(0)
+    m3 = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    out = torchkiln.compile(m3)(x)
+    out.sum().backward()
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    for p, r in zip(m3.parameters(), ref_grads):
+        torch.testing.assert_close(p.grad, r, atol=1e-4, rtol=1e-4)
