@@ -143,3 +143,31 @@ def test_batch_norm_training_forward_backward():
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
     for p, r in zip(m3.parameters(), ref_grads):
         torch.testing.assert_close(p.grad, r, atol=1e-4, rtol=1e-4)
+
+
+def _rotary(q, k, inv_freq, pos):
+    # transformers' Llama rotary embedding: cos/sin of (batch, seq, dim) broadcast over heads
+    freqs = pos[:, :, None].float() * inv_freq[None, None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def apply(x):  # as apply_rotary_pos_emb: unsqueezes cos/sin for each of q and k
+        h = x.shape[-1] // 2
+        return x * cos.unsqueeze(1) + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin.unsqueeze(1)
+
+    return apply(q), apply(k)
+
+
+def test_rotary_cos_sin_computed_once_not_per_head():
+    q, k = torch.randn(2, 4, 8, 16), torch.randn(2, 2, 8, 16)
+    inv_freq = torch.rand(8)
+    pos = torch.arange(8)[None].expand(2, 8)
+    c = _compile(_rotary, q, k, inv_freq, pos)
+    assert c.kernel_source.count("kiln::cos(") == 1 and c.kernel_source.count("kiln::sin(") == 1
+    _check(c, _rotary, q, k, inv_freq, pos, tol=1e-5)
+
+
+def test_softmax_exp_stays_fused():
+    # exp has two users (sum, div) but none broadcasts it: no extra buffer or kernel
+    c = _compile(lambda x: (torch.softmax(x, -1),), torch.randn(4, 33))
+    assert len(c.kernels) == 1

@@ -163,7 +163,10 @@ class GraphLowering:
         data = box.data
         if isinstance(data, Reduction):
             box.realize(self._dense_stride(val))
-        elif isinstance(data, Pointwise) and len(node.users) > 1 and data.num_ops() > config.realize_ops_threshold:
+        elif isinstance(data, Pointwise) and len(node.users) > 1 and (
+                data.num_ops() > config.realize_ops_threshold
+                or (data.device.type == "cpu" and _broadcast_downstream(node, val.numel())
+                    and data.has_transcendental())):
             box.realize(self._dense_stride(val))
 
     def _dense_stride(self, val):
@@ -184,3 +187,19 @@ class GraphLowering:
             val = node.meta["val"]
             return value.realize(self._dense_stride(val))
         return value
+
+
+def _broadcast_downstream(node, numel, depth: int = 2) -> bool:
+    """Whether a user of ``node`` (or a user of a user) has more elements than ``numel``:
+    inlined there, a math call (cos, exp...) in ``node``'s expression would run once per
+    broadcast element.  Llama's rotary cos/sin, (batch, seq, head_dim), were recomputed
+    for every head of q and k in every layer."""
+    if not isinstance(numel, int):
+        return False  # symbolic sizes: comparing them would need a guard
+    for user in node.users:
+        val = user.meta.get("val")
+        if isinstance(val, torch.Tensor) and isinstance(val.numel(), int) and val.numel() > numel:
+            return True
+        if depth > 1 and _broadcast_downstream(user, numel, depth - 1):
+            return True
+    return False

@@ -130,6 +130,29 @@ class Pointwise(IRNode):
         value = self.inner_fn([sympy.Symbol(f"t{i}", integer=True) for i in range(len(self.size))])
         return _count_ops(value)
 
+    def has_transcendental(self) -> bool:
+        """Whether the expression calls a math function (exp, sin, cos...) that costs
+        tens of cycles per element, too much to recompute in every consumer."""
+        value = self.inner_fn([sympy.Symbol(f"t{i}", integer=True) for i in range(len(self.size))])
+        return _has_op(value, TRANSCENDENTAL, set())
+
+
+TRANSCENDENTAL = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan tanh erf erfc sigmoid asin acos "
+                           "atan atan2 sinh cosh asinh acosh atanh lgamma pow".split())
+
+
+def _has_op(v, names, seen) -> bool:
+    if id(v) in seen:
+        return False
+    seen.add(id(v))
+    if isinstance(v, Op):
+        return v.name in names or any(_has_op(a, names, seen) for a in v.args)
+    if isinstance(v, ir.Masked):
+        return _has_op(v.body, names, seen) or _has_op(v.mask, names, seen)
+    if isinstance(v, Load):
+        return any(_has_op(i.value, names, seen) for i in v.indirect)
+    return False
+
 
 def _count_ops(v, seen=None) -> int:
     seen = set() if seen is None else seen
