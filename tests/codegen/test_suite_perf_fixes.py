@@ -171,3 +171,30 @@ def test_softmax_exp_stays_fused():
     # exp has two users (sum, div) but none broadcasts it: no extra buffer or kernel
     c = _compile(lambda x: (torch.softmax(x, -1),), torch.randn(4, 33))
     assert len(c.kernels) == 1
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_eval_batch_norm_relu_inference_fuses(train):
+    # resnet inference: eval batch_norm (_native_batch_norm_legit, training=False) was an
+    # extern kernel per layer; training=True under no_grad stays the ATen op and still
+    # updates the running statistics as eager does
+    import copy
+
+    import torchkiln
+    from torchkiln.codegen import metrics
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).train(train)
+    m[1].running_mean.uniform_(-1, 1)
+    m[1].running_var.uniform_(0.5, 2)
+    m2 = copy.deepcopy(m)
+    x = torch.randn(2, 3, 9, 9)
+    metrics.reset()
+    with torch.no_grad():
+        ref = m(x)
+        out = torchkiln.compile(m2)(x)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m2[1].running_mean, m[1].running_mean)
+    torch.testing.assert_close(m2[1].running_var, m[1].running_var)
+    if not train:
+        assert not metrics.fallback_ops

@@ -25,10 +25,24 @@ EXTRA = [
 EXCLUDE = [aten._scaled_dot_product_flash_attention_for_cpu.default]
 
 
+def _batch_norm_inference_only(decomposition):
+    """``_native_batch_norm_legit`` (eval-mode batch_norm in an inference graph) as
+    pointwise ops that fuse with the following relu, instead of an extern kernel per
+    layer; with ``training=True`` it stays the ATen op (the decomposition would write the
+    running statistics in place)."""
+    def decompose(input, weight, bias, running_mean, running_var, training, momentum, eps):
+        if training:
+            return NotImplemented
+        return decomposition(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    return decompose
+
+
 @functools.lru_cache(None)
 def _table():
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(EXTRA))
+    bn = aten._native_batch_norm_legit.default
+    table[bn] = _batch_norm_inference_only(get_decompositions([bn])[bn])
     for op in EXCLUDE:
         table.pop(op, None)
     return table
