@@ -198,3 +198,29 @@ def test_eval_batch_norm_relu_inference_fuses(train):
     torch.testing.assert_close(m2[1].running_var, m[1].running_var)
     if not train:
         assert not metrics.fallback_ops
+
+
+def _attention_after_transpose(x, w):
+    # llama/gpt2: q = (x @ w).view(b, s, h, d).transpose(1, 2), then a pointwise op (rotary)
+    # before sdpa: eager's q keeps the transposed strides, and so does sdpa's output
+    b, s, _ = x.shape
+    q = (x @ w).view(b, s, 4, 8).transpose(1, 2) * 2.0
+    return (torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).transpose(1, 2).reshape(b, s, 32),)
+
+
+def test_extern_argument_keeps_eager_strides_no_output_copy():
+    x, w = torch.randn(2, 16, 32), torch.randn(32, 32)
+    c = _compile(_attention_after_transpose, x, w)
+    _check(c, _attention_after_transpose, x, w, tol=1e-5)  # binds the wrapper
+    namespace = c.current_callable.__globals__
+    real, copies = namespace["restride"], []
+
+    def spy(t, size, stride):
+        out = real(t, size, stride)
+        if out is not t:
+            copies.append((size, stride))
+        return out
+
+    namespace["restride"] = spy
+    _check(c, _attention_after_transpose, x, w, tol=1e-5)
+    assert copies == []

@@ -1041,16 +1041,28 @@ def make_extern(op, args, kwargs, fallback: bool):
     """An extern ATen call; returns a box, or a (nested) tuple of boxes for tuple outputs."""
     graph = current_graph()
     val = out_val()
+    node = graph.current_node
 
-    def realize_args(a):
+    def realize_args(a, fx_arg):
+        # an unrealized argument is stored with the strides eager gives it (the fake
+        # value's), so the kernel's outputs get the strides the graph expects: a
+        # contiguous q for llama's attention, where eager's is a transpose, made the
+        # wrapper copy every attention output to the expected strides
         if isinstance(a, TensorBox):
-            return a.realize()
+            fake = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
+            same = (isinstance(fake, torch.Tensor) and fake.dim() == len(a.get_size())
+                    and all(to_sympy(s) == sympy.sympify(z) for s, z in zip(fake.shape, a.get_size())))
+            return a.realize(graph._dense_stride(fake) if same else None)
         if isinstance(a, (list, tuple)):
-            return type(a)(realize_args(b) for b in a)
+            fx = fx_arg if isinstance(fx_arg, (list, tuple)) and len(fx_arg) == len(a) else [None] * len(a)
+            return type(a)(realize_args(b, f) for b, f in zip(a, fx))
         return a
 
-    args = realize_args(list(args))
-    kwargs = {k: realize_args(v) for k, v in kwargs.items()}
+    fx_args = list(node.args) if node is not None else []
+    fx_args += [None] * (len(args) - len(fx_args))
+    fx_kwargs = dict(node.kwargs) if node is not None else {}
+    args = [realize_args(a, f) for a, f in zip(args, fx_args)]
+    kwargs = {k: realize_args(v, fx_kwargs.get(k)) for k, v in kwargs.items()}
     if isinstance(val, torch.Tensor):
         layout = graph.layout_of(val)
         return TensorBox(graph.register_buffer(lambda name: ExternKernel(name, layout, op, args, kwargs, fallback)))
