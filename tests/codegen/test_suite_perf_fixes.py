@@ -224,3 +224,24 @@ def test_extern_argument_keeps_eager_strides_no_output_copy():
     namespace["restride"] = spy
     _check(c, _attention_after_transpose, x, w, tol=1e-5)
     assert copies == []
+
+
+def test_eval_batch_norm_with_grad_matches_eager():
+    # the decomposed eval batch_norm inside a joint graph: autograd's formula for the op
+    # reads the running statistics, not the decomposition's saved ones
+    import copy
+
+    import torchkiln
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
+    m[1].running_mean.uniform_(-1, 1)
+    m[1].running_var.uniform_(0.5, 2)
+    m2 = copy.deepcopy(m)
+    x = torch.randn(2, 3, 9, 9, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    m(x).square().sum().backward()
+    torchkiln.compile(m2)(x2).square().sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad, atol=1e-5, rtol=1e-4)
+    for p, q in zip(m.parameters(), m2.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4)
