@@ -216,3 +216,37 @@ def test_guard_reads_each_module_attribute_once_per_call():
     # a changed tensor deep in the path still fails it, with the usual reason
     net.block.lin.weight = torch.nn.Parameter(torch.randn(4, 5)[:, :4])
     assert "stride mismatch" in reason(entry, Net.forward, net, x)
+
+
+INF_SCALE = float("-inf")
+
+
+def test_infinite_float_global_guard_holds():
+    # repr(-inf) is '-inf', not a name: the guard must still evaluate (and pass)
+    def f(x):
+        return torch.clamp(x, min=INF_SCALE)
+
+    counter = CompileCounter()
+    compiled = torchkiln.compile(f, backend=counter)
+    x = torch.randn(3)
+    for _ in range(3):
+        same(compiled(x), f(x))
+    assert counter.frame_count == 1
+
+
+def test_guard_hoists_module_list_slices():
+    # self.layers[:2] is a source step [slice(None, 2, None)]: computed once per guard
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+        def forward(self, x):
+            for layer in self.layers[:2]:
+                x = layer(x)
+            return x
+
+    net = Net()
+    x = torch.randn(2, 4)
+    entry = capture(Net.forward, net, x)
+    assert str(entry.guard).count("[slice(None, 2, None)]") == 1, str(entry.guard)

@@ -12,6 +12,7 @@ re-runs them one at a time and names the first failing one the field's way, e.g.
 """
 from __future__ import annotations
 
+import math
 import re
 import types
 
@@ -71,6 +72,8 @@ class GuardBuilder:
             self.add(f"type({source}) is {type(value).__name__}")
             if isinstance(value, float) and value != value:
                 self.add(f"{source} != {source}")
+            elif isinstance(value, float) and value in (math.inf, -math.inf):  # repr 'inf' is no name
+                self.add(f"{source} == {'-' if value < 0 else ''}___inf")
             else:
                 self.add(f"{source} == {value!r}")
         else:
@@ -139,6 +142,7 @@ class GuardBuilder:
 
     def build(self) -> "Guard":
         self.env.setdefault("___Tensor", torch.Tensor)
+        self.env.setdefault("___inf", math.inf)
         self.env.setdefault("___is_grad_enabled", torch.is_grad_enabled)
         source = _guard_source([p.code for p in self.parts])
         namespace = self.env
@@ -147,7 +151,8 @@ class GuardBuilder:
         parts = [(p, eval(f"lambda L: {p.code}", namespace)) for p in self.parts]
         for p in self.parts:
             p.shown = re.sub(r"___c\d+", lambda m: _pretty(namespace.get(m.group(0))), p.code)
-            p.shown = p.shown.replace("___Tensor", "torch.Tensor").replace("___is_grad_enabled", "torch.is_grad_enabled")
+            p.shown = (p.shown.replace("___Tensor", "torch.Tensor").replace("___is_grad_enabled", "torch.is_grad_enabled")
+                       .replace("___inf", "math.inf"))
         return Guard(check, [p.shown for p in self.parts], parts, source)
 
 

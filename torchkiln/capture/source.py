@@ -46,7 +46,9 @@ def compile_getter(source: str, env: dict):
 
 
 # A source chain: a root (L[...], G[...], ___g_<module>[...]) and its .attr / [key] steps.
-_ITEM = r"\[(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|-?\d+)\]"
+_INT_OR_NONE = r"(?:None|-?\d+)"
+_ITEM = (r"\[(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|-?\d+"
+         r"|slice\(" + _INT_OR_NONE + ", " + _INT_OR_NONE + ", " + _INT_OR_NONE + r"\))\]")
 _STEP = re.compile(r"\.[A-Za-z_][A-Za-z0-9_]*|" + _ITEM)
 _CHAIN = re.compile(r"(?<![\w.])(?:L|G|___g_\w+)" + _ITEM + r"(?:\.[A-Za-z_][A-Za-z0-9_]*|" + _ITEM + r")*")
 
