@@ -102,6 +102,14 @@ template <typename T> static inline bool isfinite(T a) { return __builtin_isfini
 template <typename T> static inline T min(T a, T b) { return b < a ? b : a; }
 template <typename T> static inline T max(T a, T b) { return a < b ? b : a; }
 
+// Horner's rule, highest coefficient first: horner(s, a, b, c) = (a s + b) s + c
+template <typename... C> static inline float horner(float s, float first, C... rest) {
+  float acc = first;
+  ((acc = acc * s + rest), ...);
+  return acc;
+}
+static inline float clamp(float x, float lim) { float c = x > lim ? lim : x; return c < -lim ? -lim : c; }
+
 static inline float from_bits(int32_t x) { float f; __builtin_memcpy(&f, &x, 4); return f; }
 
 static inline float exp(float x) {
@@ -112,14 +120,7 @@ static inline float exp(float x) {
   float nf = (c * 1.44269504088896341f + shifter) - shifter;
   float r = c - nf * 0.693145751953125f;       // ln2 in two parts: this one exact in float
   r = r - nf * 1.42860682030941723212e-6f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  float p = horner(r, 1.0f / 5040.0f, 1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f);
   int32_t n = static_cast<int32_t>(nf);
   int32_t n1 = n >> 1, n2 = n - n1;
   float y = p * from_bits((n1 + 127) << 23) * from_bits((n2 + 127) << 23);
@@ -127,39 +128,17 @@ static inline float exp(float x) {
 }
 
 static inline float erf(float x) {
-  float c = x > 4.0f ? 4.0f : x;
-  c = c < -4.0f ? -4.0f : c;
-  float s = c * c;
-  float p = 1.9111241006e-08f;
-  p = p * s - 1.9423871043e-06f;
-  p = p * s + 1.4729854644e-04f;
-  p = p * s + 3.9910489296e-03f;
-  p = p * s + 5.1526502388e-02f;
-  p = p * s + 2.0713601069e-01f;
-  p = p * s + 1.1283790941e+00f;
-  float q = 1.0212283166e-03f;
-  q = q * s + 1.4959076263e-02f;
-  q = q * s + 1.1797535622e-01f;
-  q = q * s + 5.1690076030e-01f;
-  q = q * s + 1.0f;
-  return c * p / q;
+  float c = clamp(x, 4.0f), s = c * c;
+  return c * horner(s, 1.9111241006e-08f, -1.9423871043e-06f, 1.4729854644e-04f, 3.9910489296e-03f,
+                    5.1526502388e-02f, 2.0713601069e-01f, 1.1283790941e+00f)
+           / horner(s, 1.0212283166e-03f, 1.4959076263e-02f, 1.1797535622e-01f, 5.1690076030e-01f, 1.0f);
 }
 
 static inline float tanh(float x) {
-  float c = x > 9.0f ? 9.0f : x;
-  c = c < -9.0f ? -9.0f : c;
-  float s = c * c;
-  float p = 1.3354889777e-08f;
-  p = p * s + 2.0609289891e-05f;
-  p = p * s + 3.4956030986e-03f;
-  p = p * s + 1.3381039141e-01f;
-  p = p * s + 9.9999997951e-01f;
-  float q = 7.7766634783e-07f;
-  q = q * s + 3.2856575543e-04f;
-  q = q * s + 2.5877041901e-02f;
-  q = q * s + 4.6714354772e-01f;
-  q = q * s + 1.0f;
-  return c * p / q;
+  float c = clamp(x, 9.0f), s = c * c;
+  return c * horner(s, 1.3354889777e-08f, 2.0609289891e-05f, 3.4956030986e-03f, 1.3381039141e-01f,
+                    9.9999997951e-01f)
+           / horner(s, 7.7766634783e-07f, 3.2856575543e-04f, 2.5877041901e-02f, 4.6714354772e-01f, 1.0f);
 }
 
 template <typename T> static inline double exp(T a) { return __builtin_exp(static_cast<double>(a)); }
