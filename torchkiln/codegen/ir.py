@@ -147,6 +147,9 @@ BINARY_OPS = frozenset(
 )
 TERNARY_OPS = frozenset(["where"])
 OPS = UNARY_OPS | BINARY_OPS | TERNARY_OPS
+# math functions that cost tens of cycles per element (worth storing once, not recomputing)
+TRANSCENDENTAL = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan tanh erf erfc sigmoid asin acos "
+                           "atan atan2 sinh cosh asinh acosh atanh lgamma pow".split())
 COMPARISONS = frozenset("eq ne lt le gt ge".split())
 
 #: Reduction types of :class:`Reduce`.  ``argmax``/``argmin`` give the int64 position

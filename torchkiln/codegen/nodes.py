@@ -134,11 +134,7 @@ class Pointwise(IRNode):
         """Whether the expression calls a math function (exp, sin, cos...) that costs
         tens of cycles per element, too much to recompute in every consumer."""
         value = self.inner_fn([sympy.Symbol(f"t{i}", integer=True) for i in range(len(self.size))])
-        return _has_op(value, TRANSCENDENTAL, set())
-
-
-TRANSCENDENTAL = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan tanh erf erfc sigmoid asin acos "
-                           "atan atan2 sinh cosh asinh acosh atanh lgamma pow".split())
+        return _has_op(value, ir.TRANSCENDENTAL, set())
 
 
 def _has_op(v, names, seen) -> bool:

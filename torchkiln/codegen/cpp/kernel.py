@@ -16,8 +16,8 @@ import torch
 
 from .. import config
 from ..ir import (
-    Constant, FusedKernel, IndexValue, Load, Loop, Masked, Op, Reduce, ReductionValue, Store, welford_m2,
-    welford_mean,
+    TRANSCENDENTAL, Constant, FusedKernel, IndexValue, Load, Loop, Masked, Op, Reduce, ReductionValue, Store,
+    welford_m2, welford_mean,
 )
 from ..printers import cexpr
 
@@ -701,8 +701,7 @@ def _replace(value, old, new, memo=None):
     return out
 
 
-_EXPENSIVE = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan tanh erf erfc sigmoid pow truediv "
-                       "sqrt rsqrt atan2 asin acos atan sinh cosh".split())
+_EXPENSIVE = TRANSCENDENTAL | {"truediv", "sqrt", "rsqrt"}
 
 
 def _cost(values) -> int:
