@@ -550,7 +550,7 @@ def _view_strides(layout, old, new):
 
 
 def _flat_reindex(old, new):
-    from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+    from torch.utils._sympy.functions import ModularIndexing
 
     def reindex(idx):
         flat = sympy.Integer(0)

@@ -17,7 +17,7 @@ turns into kernels.  Sizes, strides and offsets are sympy expressions throughout
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import sympy
 import torch
