@@ -24,6 +24,8 @@ from .capture import (
     reset,
 )
 
+from . import distributed as _distributed  # noqa: F401,E402  (registers DDP and collectives with capture)
+
 __version__ = "0.1.0"
 
 __all__ = [

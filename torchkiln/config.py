@@ -121,4 +121,5 @@ config = Config(
     inline_inbuilt_nn_modules=True,
     raise_on_ctx_manager_usage=True,
     recompile_limit=8,
+    optimize_ddp=True,
 )

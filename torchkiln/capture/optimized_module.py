@@ -88,6 +88,20 @@ def _call_with_hooks(context, mod: torch.nn.Module, forward: Callable, args: tup
     return result
 
 
+_forward_overrides: list[tuple[type, Callable]] = []
+
+
+def register_forward_override(cls: type, make_forward: Callable) -> None:
+    """Compile modules of ``cls`` (and subclasses) differently from capturing ``forward``.
+
+    ``make_forward(context, mod)`` returns the callable run in place of the compiled
+    ``forward`` (hooks of ``mod`` still run around it).  torchkiln.distributed uses it to
+    run ``DistributedDataParallel.forward`` natively with its wrapped module compiled,
+    as torch.compile's frame hook skips DDP's frame and captures the module's.
+    """
+    _forward_overrides.append((cls, make_forward))
+
+
 class OptimizedModule(torch.nn.Module):
     """A compiled ``nn.Module``; ``_orig_mod`` is the module it wraps.
 
@@ -130,6 +144,10 @@ class OptimizedModule(torch.nn.Module):
         hooked = _has_hooks(mod)
         if hooked and mod._get_backward_hooks()[1]:  # legacy non-full backward hooks
             return context.wrap(_call_module_for(type(mod)))(mod, *args, **kwargs)
+        for cls, make_forward in _forward_overrides:
+            if isinstance(mod, cls):
+                forward = make_forward(context, mod)
+                return _call_with_hooks(context, mod, forward, args, kwargs) if hooked else forward(*args, **kwargs)
         fwd = mod.forward
         func = fwd.__func__ if isinstance(fwd, types.MethodType) and fwd.__self__ is mod else fwd
         cached_func, compiled = self.__dict__["_torchkiln_forward"]

@@ -189,6 +189,8 @@ class OutputGraph:
         counters["stats"]["unique_graphs"] += 1
         graph_code_log.debug("TRACED GRAPH %s\n%s", self.code_name, gm.print_readable(print_output=False))
         example_inputs = [i.value for i in self.inputs]
+        for wrap_backend in _backend_wrappers:
+            backend = wrap_backend(backend)
         try:
             compiled = backend(gm, example_inputs)
         except Exception as e:  # noqa: BLE001
@@ -198,6 +200,18 @@ class OutputGraph:
             warnings.warn(f"torchkiln: backend {name!r} raised {type(e).__name__}: {e}; running the graph eagerly")
             compiled = gm.forward
         return compiled, gm
+
+
+_backend_wrappers: list = []
+
+
+def register_backend_wrapper(wrap_backend) -> None:
+    """``wrap_backend(backend) -> backend`` is applied to the backend of every graph compile.
+
+    It returns ``backend`` itself when it has nothing to add; torchkiln.distributed
+    registers the DDP bucket splitter (``config.optimize_ddp``) this way.
+    """
+    _backend_wrappers.append(wrap_backend)
 
 
 _IMPURE = {operator.setitem, torch._C._set_grad_enabled, torch.amp.autocast_mode._enter_autocast,

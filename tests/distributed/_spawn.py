@@ -1,0 +1,35 @@
+"""Run a test body on 2 CPU processes with the gloo backend over loopback."""
+from __future__ import annotations
+
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank: int, world: int, port: int, body, args: tuple) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        body(rank, world, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_spawned(body, *args, world: int = 2) -> None:
+    """``body(rank, world, *args)`` on ``world`` processes; a failure in any one raises here."""
+    mp.spawn(_entry, args=(world, free_port(), body, args), nprocs=world, join=True)
+
+
+def assert_close(actual, expected, what: str, atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}")

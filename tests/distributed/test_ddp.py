@@ -1,0 +1,125 @@
+"""DDP under torchkiln.compile on 2 gloo processes: losses and gradients equal eager DDP's.
+
+Each spawned run groups several checks (a spawn costs two torch imports).
+"""
+from __future__ import annotations
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import torchkiln
+from torchkiln.testing import CompileCounterWithBackend
+
+from _spawn import assert_close, run_spawned
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, width: int = 16, depth: int = 4, unused: bool = False) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
+        self.head = torch.nn.Linear(width, 4)
+        self.unused = torch.nn.Linear(width, width) if unused else None
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return self.head(x)
+
+
+def make(**kw) -> MLP:
+    torch.manual_seed(0)
+    return MLP(**kw)
+
+
+def train(model, batches, steps: int = 2, no_sync_steps: int = 0):
+    """Loss per step and the gradients after the last step; SGD updates in between."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for step in range(steps):
+        opt.zero_grad()
+        for x in batches[:no_sync_steps]:
+            with model.no_sync():
+                model(x).square().mean().backward()
+        loss = model(batches[step % len(batches)]).square().mean()
+        loss.backward()
+        losses.append(loss.detach())
+        grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+        opt.step()
+    return losses, grads
+
+
+def check_same(compiled_run, eager_run, what: str) -> None:
+    (losses, grads), (ref_losses, ref_grads) = compiled_run, eager_run
+    assert_close(torch.stack(losses), torch.stack(ref_losses), f"{what}: losses")
+    assert len(grads) == len(ref_grads)
+    for i, (g, r) in enumerate(zip(grads, ref_grads)):
+        assert (g is None) == (r is None), f"{what}: grad {i} is {g} where eager's is {r}"
+        if r is not None:
+            assert_close(g, r, f"{what}: grad {i}")
+
+
+def _ddp_checks(rank: int, world: int) -> None:
+    torch.manual_seed(rank)
+    batches = [torch.randn(8, 16) for _ in range(2)]
+    eager = train(DDP(make()), batches)
+
+    # both wrap orders, default bucket size (one bucket: no split)
+    torchkiln.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    check_same(train(torchkiln.compile(DDP(make()), backend=counter), batches), eager, "compile(DDP(m))")
+    assert counter.frame_count == 1, counter.frame_count
+    torchkiln.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    check_same(train(DDP(torchkiln.compile(make(), backend=counter)), batches), eager, "DDP(compile(m))")
+    assert counter.frame_count == 1, counter.frame_count
+
+    # small buckets: the graph is split into one piece per bucket (3 or more)
+    cap = 16 * 17 * 4 / 2**20  # one 16x16 layer per bucket
+    eager_small = train(DDP(make(), bucket_cap_mb=cap), batches)
+    for order in ("outer", "inner"):
+        torchkiln.reset()
+        counter = CompileCounterWithBackend("aot_eager")
+        model = (torchkiln.compile(DDP(make(), bucket_cap_mb=cap), backend=counter) if order == "outer"
+                 else DDP(torchkiln.compile(make(), backend=counter), bucket_cap_mb=cap))
+        check_same(train(model, batches), eager_small, f"split {order}")
+        assert counter.frame_count >= 3, f"{order}: {counter.frame_count} pieces"
+    # optimize_ddp=False: one graph
+    torchkiln.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    with torchkiln.config.patch(optimize_ddp=False):
+        model = torchkiln.compile(DDP(make(), bucket_cap_mb=cap), backend=counter)
+        check_same(train(model, batches), eager_small, "optimize_ddp=False")
+    assert counter.frame_count == 1, counter.frame_count
+
+    # no_sync: gradients accumulate locally for one micro-batch, then sync
+    eager_ns = train(DDP(make(), bucket_cap_mb=cap), batches, no_sync_steps=1)
+    torchkiln.reset()
+    model = torchkiln.compile(DDP(make(), bucket_cap_mb=cap), backend="aot_eager")
+    check_same(train(model, batches, no_sync_steps=1), eager_ns, "no_sync")
+
+    # unused parameters: a layer the forward never calls
+    eager_unused = train(DDP(make(unused=True), find_unused_parameters=True, bucket_cap_mb=cap), batches)
+    for order in ("outer", "inner"):
+        torchkiln.reset()
+        model = (torchkiln.compile(DDP(make(unused=True), find_unused_parameters=True, bucket_cap_mb=cap),
+                                   backend="aot_eager") if order == "outer"
+                 else DDP(torchkiln.compile(make(unused=True), backend="aot_eager"),
+                          find_unused_parameters=True, bucket_cap_mb=cap))
+        check_same(train(model, batches), eager_unused, f"unused {order}")
+
+
+def _ddp_default_backend(rank: int, world: int) -> None:
+    torch.manual_seed(rank)
+    batches = [torch.randn(8, 16) for _ in range(2)]
+    cap = 16 * 17 * 4 / 2**20
+    eager = train(DDP(make(), bucket_cap_mb=cap), batches)
+    torchkiln.reset()
+    check_same(train(torchkiln.compile(DDP(make(), bucket_cap_mb=cap)), batches), eager, "inductor split")
+
+
+def test_ddp_aot_eager():
+    run_spawned(_ddp_checks)
+
+
+def test_ddp_default_backend():
+    run_spawned(_ddp_default_backend)

@@ -1,0 +1,1 @@
+"""Functional collectives in captured graphs (filled in by a later piece)."""
