@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import torch
 
 from ..utils.counters import counters
+from ..utils import trace
 from ..utils.logging import get_artifact_logger
 from .analysis import ViewAndMutationMeta, run_analysis
 from .broadcast_tangents import broadcast_positions, with_broadcast_tangents
@@ -52,6 +53,23 @@ class AOTConfig:
 def _log_graph(title: str, gm: torch.fx.GraphModule, aot_id: int) -> None:
     if log.isEnabledFor(10):
         log.debug("====== %s graph %d ======\n%s", title, aot_id, gm.print_readable(print_output=False))
+    if trace.enabled:
+        trace.emit("aot_graph", {"graph": title, "aot_id": aot_id, "code": gm.print_readable(print_output=False)})
+
+
+def _trace_partition(saved: list, aot_id: int) -> None:
+    """The ``partition`` trace record: what the forward saves for the backward, and its bytes."""
+    rows = []
+    for n in saved:
+        val = n.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            numel = val.numel()
+            nbytes = int(numel) * val.element_size() if isinstance(numel, int) else None
+            rows.append({"name": n.name, "shape": [str(d) for d in val.shape], "dtype": str(val.dtype), "bytes": nbytes})
+        else:
+            rows.append({"name": n.name, "shape": None, "dtype": type(val).__name__, "bytes": 0})
+    trace.emit("partition", {"aot_id": aot_id, "saved": rows,
+                             "saved_bytes": sum(r["bytes"] or 0 for r in rows)})
 
 
 def _placeholder_vals(gm):
@@ -108,7 +126,8 @@ def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTCon
 def _inference_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_config: AOTConfig) -> Callable:
     """One graph, no autograd.Function (no input needs grad, or grad mode is off)."""
     keep = aot_config.keep_inference_input_mutations
-    gm = trace_forward(fn, meta, fake_args, fake_mode, aot_config.decompositions, keep)
+    with trace.stage("aot.trace_forward"):
+        gm = trace_forward(fn, meta, fake_args, fake_mode, aot_config.decompositions, keep)
     _log_graph("inference", gm, aot_config.aot_id)
     compiled = aot_config.inference_compiler(gm, _placeholder_vals(gm))
     returned = [i for i in meta.mutated_inputs
@@ -125,15 +144,19 @@ def _inference_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_
 def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_config: AOTConfig) -> Callable:
     """Joint graph → partition → forward and backward compiled now (the backward again
     on first use if that failed)."""
-    joint = trace_joint(fn, meta, fake_args, fake_mode, aot_config.decompositions)
+    with trace.stage("aot.trace_joint"):
+        joint = trace_joint(fn, meta, fake_args, fake_mode, aot_config.decompositions)
     _log_graph("joint", joint, aot_config.aot_id)
     num_fw_outs = len(meta.fw_out_fakes)
-    fw_gm, bw_gm = aot_config.partition_fn(joint, None, num_fwd_outputs=num_fw_outs)
+    with trace.stage("aot.partition"):
+        fw_gm, bw_gm = aot_config.partition_fn(joint, None, num_fwd_outputs=num_fw_outs)
     _log_graph("forward", fw_gm, aot_config.aot_id)
     _log_graph("backward", bw_gm, aot_config.aot_id)
     bw_inputs = [n for n in bw_gm.graph.nodes if n.op == "placeholder"]
     saved = [n for n in bw_inputs if not n.name.startswith("tangents")]
     num_saved_syms = sum(1 for n in saved if not isinstance(n.meta.get("val"), torch.Tensor))
+    if trace.enabled:
+        _trace_partition(saved, aot_config.aot_id)
     with torch.no_grad():
         fw_compiled = aot_config.fw_compiler(fw_gm, _placeholder_vals(fw_gm))
     bw_compiled = {}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
+import re
 import types
 import warnings
 import weakref
@@ -32,6 +33,7 @@ from ..config import config
 from ..exc import RecompileError
 from ..shapes.automatic import FrameShapeState
 from ..utils.counters import reset_counters
+from ..utils import trace
 from ..utils.logging import artifact_enabled, get_artifact_logger
 from . import api
 from .convert_frame import bind_locals, convert_frame
@@ -153,6 +155,9 @@ class CompileContext:
                  mode: str | None = None, options: dict | None = None,
                  guard_fail_fn: Callable | None = None) -> None:
         self._args = (backend, fullgraph, dynamic, mode, options, guard_fail_fn)
+        if options and "trace" in options:  # options={"trace": DIR} is TORCHKILN_TRACE=DIR
+            trace.enable(options["trace"])
+            options = {k: v for k, v in options.items() if k != "trace"}
         compiler_fn = lookup_backend(backend)
         kwargs = {}
         if mode and mode != "default":
@@ -321,6 +326,17 @@ def _failure_reason(entry, f_locals: dict) -> str:
         return f"a guard raised {type(e).__name__}: {e}"
 
 
+def _recompile_record(previous, f_locals: dict, reason: str) -> dict:
+    """The ``recompile`` trace record: the failing guard's code, reason, both values."""
+    try:
+        guard = next((part.shown for part in previous.guard._failing(f_locals)), None)
+    except Exception:  # noqa: BLE001
+        guard = None
+    values = re.search(r"expected (.+?), actual (.+)$", reason)
+    return {"reason": reason, "guard": guard, "expected": values and values.group(1),
+            "actual": values and values.group(2)}
+
+
 def _location(code: types.CodeType) -> str:
     return f"{code.co_filename}:{code.co_firstlineno}"
 
@@ -355,8 +371,13 @@ def _on_miss(fc: FrameCache, ctx: CompileContext, fn: types.FunctionType, args: 
                 f"use TORCHKILN_LOGS=\"recompiles\".")
         return fn(*args, **kwargs)
     policy = fc.shapes.policy(assume_static=not (ctx.dynamic is True or not config.assume_static_by_default))
-    entry = convert_frame(fn, args, kwargs, backend=ctx.backend, fullgraph=ctx.fullgraph, dynamic=policy,
-                          compile_wrapper=ctx.wrap)
+    with trace.frame(code):
+        if trace.enabled and previous is not None:
+            trace.emit("recompile", _recompile_record(previous, f_locals, reason))
+        entry = convert_frame(fn, args, kwargs, backend=ctx.backend, fullgraph=ctx.fullgraph, dynamic=policy,
+                              compile_wrapper=ctx.wrap)
+        if trace.enabled:
+            trace.emit("guards", {"frame": code.co_name, "guards": list(entry.guard.code_parts)})
     fc.add(ctx.key, entry)
     if artifact_enabled("guards"):
         _guards_log.debug("GUARDS for %s (%s):\n%s", code.co_name, _location(code),

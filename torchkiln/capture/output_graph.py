@@ -20,6 +20,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from ..config import config
 from ..exc import BackendCompilerFailed, Unsupported
 from ..utils.counters import counters
+from ..utils import trace
 from ..utils.logging import get_artifact_logger
 from .side_effects import SideEffects
 from .variables.base import ConstantVariable, unsupported
@@ -188,11 +189,15 @@ class OutputGraph:
             return gm.forward, None
         counters["stats"]["unique_graphs"] += 1
         graph_code_log.debug("TRACED GRAPH %s\n%s", self.code_name, gm.print_readable(print_output=False))
+        if trace.enabled:
+            trace.emit("graph", {"frame": self.code_name, "ops": self.count_ops(), "sources": [str(i.source) for i in self.inputs],
+                                 "code": gm.print_readable(print_output=False)})
         example_inputs = [i.value for i in self.inputs]
         for wrap_backend in _backend_wrappers:
             backend = wrap_backend(backend)
         try:
-            compiled = backend(gm, example_inputs)
+            with trace.stage("backend"):
+                compiled = backend(gm, example_inputs)
         except Exception as e:  # noqa: BLE001
             name = getattr(backend, "__name__", type(backend).__name__)
             if fullgraph or not config.suppress_errors:

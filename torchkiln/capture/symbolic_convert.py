@@ -1191,6 +1191,7 @@ class InstructionTranslator(InstructionTranslatorBase):
 def capture_frame(fn, f_locals, *, backend, fullgraph, dynamic, compile_wrapper):
     """Capture ``fn`` called with ``f_locals``; returns a CacheEntry (see convert_frame)."""
     from ..utils.counters import counters
+    from ..utils import trace
     from ..utils.logging import get_artifact_logger
     from .convert_frame import BreakReason, CacheEntry, _call_with_locals
     from .guards import Guard
@@ -1209,6 +1210,8 @@ def capture_frame(fn, f_locals, *, backend, fullgraph, dynamic, compile_wrapper)
             if r.ip in break_points:
                 counters["graph_break"][r.reason] += 1
                 log.debug("Graph break (skipping frame %s): %s", fn.__qualname__, reason)
+                if trace.enabled:
+                    trace.emit("graph_break", _break_record(fn, reason, r.ip, skipped_frame=True))
                 return CacheEntry(guard=Guard.always(), fn=fn, run=lambda L: _call_with_locals(fn, L),
                                   break_reasons=[*break_points.values(), reason])
             break_points[r.ip] = reason
@@ -1216,5 +1219,18 @@ def capture_frame(fn, f_locals, *, backend, fullgraph, dynamic, compile_wrapper)
         for reason in entry.break_reasons:
             counters["graph_break"][reason.reason] += 1
             log.debug("Graph break in %s: %s", fn.__qualname__, reason)
+            if trace.enabled:
+                ip = next((i for i, r in break_points.items() if r is reason), None)
+                trace.emit("graph_break", _break_record(fn, reason, ip))
         return entry
     unsupported("too many graph breaks in one frame")
+
+
+def _break_record(fn, reason, ip, skipped_frame=False) -> dict:
+    """The ``graph_break`` trace record: reason, user file:line, bytecode offset."""
+    filename, _, line = reason.user_stack.rpartition(":")
+    instrs = [i for i in dis.get_instructions(fn.__code__) if i.opname != "EXTENDED_ARG"]
+    offset = instrs[ip].offset if ip is not None and ip < len(instrs) else None
+    return {"frame": fn.__qualname__, "reason": reason.reason, "user_stack": reason.user_stack,
+            "filename": filename, "lineno": int(line) if line.isdigit() else None, "offset": offset,
+            "skipped_frame": skipped_frame}

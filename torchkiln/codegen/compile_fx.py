@@ -15,12 +15,14 @@ import warnings
 
 import torch
 
+from ..utils import progress, trace
 from ..utils.logging import get_artifact_logger
 from . import config, metrics
 from .generators import get_generator
 from .graph import GraphLowering
 from .nodes import Buffer, ExternKernel, ReinterpretView
 from .scheduler import Scheduler, finalize
+from .trace_records import trace_graph
 from .wrapper import WrapperCodegen
 
 output_code_log = get_artifact_logger("output_code")
@@ -137,16 +139,22 @@ def _eager(gm):
 
 
 def _compile(gm, example_inputs) -> CompiledGraph:
-    graph = GraphLowering(gm, example_inputs).run()
-    with graph:  # inner functions run again while scheduling
+    with trace.stage("codegen.lowering"):
+        graph = GraphLowering(gm, example_inputs).run()
+    with graph, trace.stage("codegen.scheduling"):  # inner functions run again while scheduling
         scheduler = Scheduler(graph).run()
         device = _device_of(graph)
         needed = _needed_outside_kernels(graph, scheduler.entries)
         entries = finalize(scheduler.entries, needed, graph, device)
     kernels = [e for e in entries if not isinstance(e, Buffer)]
     generator = get_generator(device)
-    pending = _start_compile(generator, kernels)
-    source, globals_ = WrapperCodegen(graph, entries, generator, {}).generate()
+    with trace.stage("codegen.kernels"):
+        pending = _start_compile(generator, kernels)
+    progress.add_kernels(len(kernels), pending.done)
+    with trace.stage("codegen.wrapper"):
+        source, globals_ = WrapperCodegen(graph, entries, generator, {}).generate()
+    if trace.enabled:
+        trace_graph(graph, entries, kernels, generator, source)
     code = compile(source, f"<torchkiln wrapper {id(gm):x}>", "exec")
     metrics.generated_kernel_count += len(kernels)
     metrics.extern_kernel_count += sum(1 for e in entries if isinstance(e, ExternKernel))
