@@ -1,13 +1,16 @@
-"""The ``torchkiln`` command: ``bench``, ``explain`` and ``cache``.
+"""The ``torchkiln`` command: ``bench``, ``explain``, ``report`` and ``cache``.
 
 ``torchkiln bench`` compiles the model suite for inference and training, checks every
-result against eager and prints speedups and compile times (``torchkiln bench -h``);
-``torchkiln explain MODEL`` prints ``torchkiln.explain`` of a suite model;
-``torchkiln cache dir|clear`` shows or empties the persistent cache.
+result against eager and prints speedups and compile times (``torchkiln bench -h``;
+``--report DIR`` traces every compile into DIR); ``torchkiln explain MODEL`` prints
+``torchkiln.explain`` of a suite model; ``torchkiln report DIR`` renders a
+``TORCHKILN_TRACE`` directory as one HTML page; ``torchkiln cache dir|clear`` shows or
+empties the persistent cache.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
@@ -28,7 +31,7 @@ compiled interleaved, with torch.set_num_threads(--threads)."""
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="torchkiln", description="torchkiln, a compiler for PyTorch programs: "
                                      "benchmark it, explain what it captures, manage its cache.")
-    sub = parser.add_subparsers(dest="command", metavar="{bench,explain,cache}")
+    sub = parser.add_subparsers(dest="command", metavar="{bench,explain,report,cache}")
 
     bench = sub.add_parser("bench", help="run the model suite against eager (and torch.compile with --peer)",
                            epilog=BENCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -46,11 +49,18 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeout", type=float, default=300, help="seconds per subprocess before it counts as an error (default 300)")
     bench.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     bench.add_argument("--list", action="store_true", help="list the suite's models and exit")
+    bench.add_argument("--report", metavar="DIR", help="write the TORCHKILN_TRACE of every model compiled into DIR "
+                                                        "(one subdirectory per model, mode and phase); render it "
+                                                        "with `torchkiln report DIR`")
 
     explain = sub.add_parser("explain", help="print torchkiln.explain of a suite model: graphs, graph breaks, reasons")
     explain.add_argument("model")
     explain.add_argument("--mode", choices=("inference", "training"), default="inference")
     explain.add_argument("--device", default="cpu")
+
+    report = sub.add_parser("report", help="render a TORCHKILN_TRACE directory as one self-contained HTML page")
+    report.add_argument("trace_dir", metavar="DIR")
+    report.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default report.html)")
 
     cache = sub.add_parser("cache", help="the persistent cache: print its directory or clear it")
     cache.add_argument("action", choices=("dir", "clear"))
@@ -92,6 +102,8 @@ def _bench(args, console) -> int:
         models = list(QUICK if args.quick else SUITE)
     modes = ["inference", "training"] if args.mode == "both" else [args.mode]
     repeat = args.repeat or (10 if args.quick else 20)
+    if args.report:  # the workers inherit it (bench.suite gives each model its own subdirectory)
+        os.environ["TORCHKILN_TRACE"] = os.path.abspath(args.report)
     opts = Options(backend=args.backend, device=args.device, repeat=repeat, warmup=args.warmup, peer=args.peer,
                    threads=args.threads)
     start = time.perf_counter()
@@ -153,6 +165,18 @@ def _explain(args) -> int:
     return 0
 
 
+def _report(args) -> int:
+    from .report import write_report
+
+    try:
+        path = write_report(args.trace_dir, args.output)
+    except FileNotFoundError as exc:
+        print(f"torchkiln report: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
+    return 0
+
+
 def _cache(args) -> int:
     path = cache_dir()
     if args.action == "dir":
@@ -173,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         return _bench(args, console)
     if args.command == "explain":
         return _explain(args)
+    if args.command == "report":
+        return _report(args)
     if args.command == "cache":
         return _cache(args)
     _parser().print_help()

@@ -32,6 +32,9 @@ def _subprocess(name: str, mode: str, phase: str, opts: run.Options, cache: str,
                TORCHKILN_CACHE_DIR=os.path.join(cache, "torchkiln"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
                TRITON_CACHE_DIR=os.path.join(cache, "triton"))
+    if env.get("TORCHKILN_TRACE"):  # bench --report: one trace directory per model, mode and phase
+        env["TORCHKILN_TRACE"] = os.path.join(env["TORCHKILN_TRACE"], f"{name}-{mode}-{phase}")
+        env["TORCHKILN_TRACE_LABEL"] = f"{name} {mode} {phase}"
     out_path = os.path.join(cache, f"{phase}.json")
     cmd = [sys.executable, "-m", "torchkiln.bench.worker", json.dumps(spec), out_path]
     row = skipped_row(name, mode, opts, "")

@@ -8,11 +8,13 @@ guards; then it resets again.
 from __future__ import annotations
 
 import dataclasses
+import linecache
 import warnings
 from typing import Any, Callable
 
 import torch
 
+from ..utils.break_hints import hint
 from .eval_frame import CompileContext, reset
 
 
@@ -23,6 +25,8 @@ class ExplainOutput:
     ``graph_break_count`` is ``graph_count - 1`` (at least 0), as torch counts it;
     ``break_reasons`` lists every break site once, each with ``.reason`` and
     ``.user_stack`` (``"file:line"``).  ``out_guards`` holds the guard code of every cache entry.
+    ``str()`` also shows each break's user source lines and, for known break kinds, a
+    one-line suggestion (:func:`torchkiln.utils.break_hints.hint`).
     """
 
     graphs: list[torch.fx.GraphModule]
@@ -38,6 +42,10 @@ class ExplainOutput:
                  f"Op Count: {self.op_count}", "Break Reasons:"]
         for i, br in enumerate(self.break_reasons, 1):
             lines += [f"  Break Reason {i}:", f"    Reason: {br.reason}", "    User Stack:", f"      {br.user_stack}"]
+            lines += _user_lines(br.user_stack)
+            suggestion = hint(br.reason)[1]
+            if suggestion:
+                lines.append(f"    Suggestion: {suggestion}")
         lines.append("Ops per Graph:")
         for i, ops in enumerate(self.ops_per_graph, 1):
             lines.append(f"  Ops {i}:")
@@ -49,6 +57,20 @@ class ExplainOutput:
 
 
 _OPS = ("call_function", "call_method", "call_module")
+
+
+def _user_lines(user_stack: str, before: int = 2) -> list[str]:
+    """The user's source lines up to the break's line (``>`` marks it), read with linecache."""
+    filename, _, line = user_stack.rpartition(":")
+    if not line.isdigit():
+        return []
+    lineno = int(line)
+    out = []
+    for n in range(max(1, lineno - before), lineno + 1):
+        text = linecache.getline(filename, n).rstrip()
+        if text:
+            out.append(f"      {'>' if n == lineno else ' '} {n:4d} | {text}")
+    return out
 
 
 def explain(fn: Callable, *extra_args, **extra_kwargs):
