@@ -142,6 +142,8 @@ def _bench(args, console) -> int:
     if interrupted:
         title += f" -- INTERRUPTED after {len(rows)} of {total} rows"
     report.print_report(rows, summary, opts.peer, title, console, elapsed)
+    if args.report:
+        console.print(f"trace of every compile in {args.report}: render it with `torchkiln report {args.report}`")
     if args.json:
         report.write_json(args.json, rows, summary, {"options": vars(opts), "models": models, "modes": modes,
                                                      "elapsed_s": elapsed, "interrupted": interrupted})

@@ -128,3 +128,19 @@ def test_bench_report_gives_each_worker_its_trace_dir(monkeypatch, tmp_path):
     suite._subprocess("mlp", "inference", "cold", Options(), str(tmp_path), 1)
     assert seen["TORCHKILN_TRACE"] == str(tmp_path / "mlp-inference-cold")
     assert seen["TORCHKILN_TRACE_LABEL"] == "mlp inference cold"
+
+
+def test_several_processes_get_a_table_and_their_own_sections(traced, tmp_path):
+    import shutil
+
+    from torchkiln.report import write_report
+
+    directory, proc = traced
+    for name in ("mlp-inference-cold", "t5-inference-cold"):
+        (tmp_path / "bench" / name).mkdir(parents=True)
+        shutil.copy(proc.path, tmp_path / "bench" / name / "trace_1.jsonl")
+    page = open(write_report(str(tmp_path / "bench"), str(tmp_path / "r.html"))).read()
+    p = _Page()
+    p.feed(page)
+    assert "mlp-inference-cold" in p.text("processes") and "t5-inference-cold" in p.text("processes")
+    assert {"p0-process", "p1-process", "p0-cid-0-0", "p1-cid-0-0"} <= p.ids

@@ -77,6 +77,8 @@ def render(processes: list[Process], title: str = "torchkiln compile report") ->
            f"recompiles · {n_kernels} kernels · {total:.2f} s compiling</p></header><main>",
            "<div class='tools'><button id='expand-all'>Expand all</button>"
            "<button id='collapse-all'>Collapse all</button></div>"]
+    if len(processes) > 1:
+        out += _process_table(processes)
     for pi, p in enumerate(processes):
         prefix = f"p{pi}-"
         if len(processes) > 1:
@@ -91,6 +93,27 @@ def render(processes: list[Process], title: str = "torchkiln compile report") ->
             out.append(_loose_section(p, prefix))
     out.append(f"</main><script>{_JS}</script></body></html>")
     return "\n".join(out)
+
+
+def _process_table(processes: list[Process]) -> list[str]:
+    """One row per process (a bench model, mode and phase): counts and seconds per stage group."""
+    e = html.escape
+    groups = list(_COLORS)
+    rows = []
+    for pi, p in enumerate(processes):
+        by_group = dict.fromkeys(groups, 0.0)
+        for name, t in p.stage_totals().items():
+            by_group[_stage_group(name)] = by_group.get(_stage_group(name), 0.0) + t
+        cells = "".join(f"<td class='num'>{by_group[g]:.2f}</td>" for g in groups)
+        rows.append(f"<tr><td><a href='#p{pi}-process'>{e(p.label)}</a></td><td class='num'>{len(p.compiles)}</td>"
+                    f"<td class='num'>{sum(len(c.of('graph_break')) for c in p.compiles)}</td>"
+                    f"<td class='num'>{sum(len(c.of('recompile')) for c in p.compiles)}</td>"
+                    f"<td class='num'>{sum(len(c.of('kernel')) for c in p.compiles)}</td>{cells}"
+                    f"<td class='num'>{sum(by_group.values()):.2f}</td></tr>")
+    head = "".join(f"<th>{g} s</th>" for g in groups)
+    return ["<h2 id='processes'>Processes</h2><table class='processes'><tr><th>process</th><th>compile ids</th>"
+            f"<th>breaks</th><th>recompiles</th><th>kernels</th>{head}<th>total s</th></tr>", "".join(rows),
+            "</table>"]
 
 
 def _anchor(prefix: str, cid: str) -> str:

@@ -20,12 +20,14 @@ display of :mod:`.progress`); both are a shared no-op object when trace and prog
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import sys
 import threading
 import time
 import types
+import weakref
 from typing import Any
 
 from . import progress
@@ -38,7 +40,8 @@ _file = None
 _lock = threading.Lock()
 _t0 = 0.0
 _ids: list[str] = []  # the compile-id stack (a frame compiled while another captures nests)
-_frame_ids: dict[types.CodeType, list[int]] = {}  # code -> [frame id, compiles so far]
+_frame_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # code -> [frame id, compiles so far]
+_next_frame_id = itertools.count()
 
 
 def enable(directory: str) -> None:
@@ -137,7 +140,7 @@ def frame(code: types.CodeType):
 def _frame(code):
     ids = _frame_ids.get(code)
     if ids is None:
-        ids = _frame_ids[code] = [len(_frame_ids), 0]
+        ids = _frame_ids[code] = [next(_next_frame_id), 0]
     cid = f"{ids[0]}/{ids[1]}"
     ids[1] += 1
     _ids.append(cid)
