@@ -178,6 +178,8 @@ class InstructionTranslatorBase:
         if pending is not None:
             return pending
         if name in self.f_globals:
+            if self.f_globals.get("__torchkiln_polyfill__"):  # capture's own polyfills: no guards
+                return wrap_constant_like(self, self.f_globals[name])
             return wrap(self, self.f_globals[name], global_source(name, self.globals_name()))
         builtins_dict = self.f_globals.get("__builtins__", __builtins__)
         if isinstance(builtins_dict, types.ModuleType):
@@ -260,6 +262,11 @@ class InstructionTranslatorBase:
         return obj.call_method(self, "__getitem__", [index], {})
 
     def binary_op(self, op, a, b):
+        from .variables.containers import container_binary_op
+
+        result = container_binary_op(self, op, _INPLACE_TO_BINARY.get(op, op), a, b)
+        if result is not None:
+            return result
         if a.is_python_constant() and b.is_python_constant():
             try:
                 return wrap_constant_like(self, op(a.as_python_constant(), b.as_python_constant()))
@@ -270,22 +277,6 @@ class InstructionTranslatorBase:
                 op = _INPLACE_TO_BINARY[op]
             return self.output.call_function(self, op, [a, b], {})
         base = _INPLACE_TO_BINARY.get(op, op)
-        if isinstance(a, ListVariable) and op is operator.iadd:
-            return a.call_method(self, "__iadd__", [b], {})
-        if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable) and base is operator.add:
-            if (a.container_type is list) != (b.container_type is list):
-                unsupported("TypeError: can only concatenate list to list, tuple to tuple")
-            if a.container_type is list:
-                return ListVariable(a.items + b.items)
-            result_type = type(a.container_type([]) + b.container_type([]))
-            return SizeVariable(a.items + b.items) if result_type is torch.Size else TupleVariable(a.items + b.items)
-        if isinstance(a, BaseListVariable) and base is operator.mul and b.is_python_constant():
-            return (ListVariable if a.container_type is list else TupleVariable)(a.items * b.as_python_constant())
-        if isinstance(a, DictVariable) and base is operator.or_:
-            return a.call_method(self, "__or__", [b], {})
-        if isinstance(a, SetVariable) and base in (operator.or_, operator.and_, operator.sub):
-            name = {operator.or_: "__or__", operator.and_: "__and__", operator.sub: "__sub__"}[base]
-            return a.call_method(self, name, [b], {})
         if base in (operator.eq, operator.ne):
             return self.compare_op("==" if base is operator.eq else "!=", a, b)
         dunder = _DUNDER.get(base)
@@ -297,21 +288,12 @@ class InstructionTranslatorBase:
         from .variables.builtin import vt_equal
 
         if op in ("is", "is not"):
-            if a.is_python_constant() and b.is_python_constant():
-                result = a.as_python_constant() is b.as_python_constant()
-            elif a is b:
-                result = True
-            elif hasattr(a, "value") and hasattr(b, "value") and not isinstance(a, ConstantVariable) \
-                    and not isinstance(b, ConstantVariable):
-                result = a.value is b.value
-            else:
-                result = False
+            # identity of the objects: a tracker made in the frame is its own object
+            result = a is b or getattr(a, "value", a) is getattr(b, "value", b)
             return ConstantVariable(result if op == "is" else not result)
         if op in ("in", "not in"):
-            if isinstance(b, (BaseListVariable,)):
-                result = self.contains(b.items, a).value
-            elif isinstance(b, (DictVariable, SetVariable)):
-                result = dict_key(a) in b.items
+            if isinstance(b, (BaseListVariable, DictVariable, SetVariable)):
+                result = b.call_method(self, "__contains__", [a], {}).truth(self)
             elif isinstance(b, (NNModuleVariable,)) or getattr(b, "python_type", None) and not b.is_python_constant():
                 result = b.call_method(self, "__contains__", [a], {}).as_python_constant()
             else:

@@ -66,33 +66,18 @@ class BaseListVariable(VariableTracker):
             unsupported(f"{self.container_type.__name__} index out of range")
 
     def reconstruct(self, cg):
-        if self.source is not None and not cg.is_mutated(self):
-            return cg.from_source(self.source)
+        if self.source is not None:
+            return cg.from_source(self.source)  # mutations are replayed in place before
         recipes = [cg.recipe(i) for i in self.items]
         ctype = self.container_type
         return lambda rt: ctype([r(rt) for r in recipes])
 
     def call_method(self, tx, name, args, kwargs):
-        if name == "__getitem__":
+        if name == "__getitem__" and len(args) == 1 and not kwargs:
             return self.getitem(tx, args[0])
-        if name == "__len__":
-            return ConstantVariable(len(self.items))
-        if name == "__contains__":
-            return tx.contains(self.items, args[0])
-        if name == "index":
-            from .builtin import vt_equal
+        from .native import call_native_method
 
-            for i, item in enumerate(self.items):
-                if vt_equal(tx, item, args[0]):
-                    return ConstantVariable(i)
-            unsupported("list.index: value not found")
-        if name == "count":
-            from .builtin import vt_equal
-
-            return ConstantVariable(sum(1 for item in self.items if vt_equal(tx, item, args[0])))
-        if name in ("__add__",):
-            return tx.binary_op(operator.add, self, args[0])
-        return super().call_method(tx, name, args, kwargs)
+        return call_native_method(tx, self, name, args, kwargs)
 
     def __repr__(self):
         return f"{type(self).__name__}({self.items!r})"
@@ -176,56 +161,37 @@ class ListVariable(BaseListVariable):
     container_type = list
     mutable = True
 
-    def call_method(self, tx, name, args, kwargs):
-        mutating = {"append", "extend", "insert", "pop", "clear", "remove", "reverse", "sort", "__setitem__",
-                    "__delitem__", "__iadd__"}
-        if name in mutating:
-            tx.output.side_effects.mutate(self)
-        if name == "append":
-            self.items.append(args[0])
-            return ConstantVariable(None)
-        if name in ("extend", "__iadd__"):
-            self.items.extend(args[0].unpack_var_sequence(tx))
-            return self if name == "__iadd__" else ConstantVariable(None)
-        if name == "insert":
-            self.items.insert(_const(args[0]), args[1])
-            return ConstantVariable(None)
-        if name == "pop":
-            return self.items.pop(*[_const(a) for a in args])
-        if name == "clear":
-            self.items.clear()
-            return ConstantVariable(None)
-        if name == "reverse":
-            self.items.reverse()
-            return ConstantVariable(None)
-        if name == "remove":
-            from .builtin import vt_equal
 
-            for i, item in enumerate(self.items):
-                if vt_equal(tx, item, args[0]):
-                    del self.items[i]
-                    return ConstantVariable(None)
-            unsupported("list.remove: value not found")
-        if name == "sort":
-            key = kwargs.get("key")
-            reverse = kwargs.get("reverse", ConstantVariable(False)).as_python_constant()
-            from .builtin import sort_items
+class DequeVariable(ListVariable):
+    """A ``collections.deque`` made in the frame (``maxlen`` kept)."""
 
-            self.items[:] = sort_items(tx, self.items, key, reverse)
-            return ConstantVariable(None)
-        if name == "__setitem__":
-            index = args[0]
-            if isinstance(index, ConstantVariable) and isinstance(index.value, slice):
-                self.items[index.value] = args[1].unpack_var_sequence(tx)
-            else:
-                self.items[_const(index)] = args[1]
-            return ConstantVariable(None)
-        if name == "__delitem__":
-            del self.items[_const(args[0])]
-            return ConstantVariable(None)
-        if name == "copy":
-            return ListVariable(list(self.items))
-        return super().call_method(tx, name, args, kwargs)
+    container_type = collections.deque
+
+    def __init__(self, items, source=None, maxlen=None):
+        super().__init__(items, source)
+        self.maxlen = maxlen
+
+    def new(self, items):
+        return DequeVariable(items, maxlen=self.maxlen)
+
+    def var_getattr(self, tx, name):
+        if name == "maxlen":
+            return ConstantVariable(self.maxlen)
+        return super().var_getattr(tx, name)
+
+    def getitem(self, tx, index_vt):
+        if not index_vt.is_python_constant() or not isinstance(index_vt.as_python_constant(), int):
+            unsupported("deque index that is not a constant int")
+        from .native import call_native_method
+
+        return call_native_method(tx, self, "__getitem__", [index_vt], {})
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.from_source(self.source)
+        recipes = [cg.recipe(i) for i in self.items]
+        maxlen = self.maxlen
+        return lambda rt: collections.deque([r(rt) for r in recipes], maxlen)
 
 
 class IdKey:
@@ -241,6 +207,22 @@ class IdKey:
     def __eq__(self, other):
         return isinstance(other, IdKey) and other.obj is self.obj
 
+    def __iter__(self):
+        from .native import active_tx
+
+        tx = active_tx()
+        from .native import _ACTIVE
+
+        return iter([_ACTIVE[-1].real(i) for i in self.vt.unpack_var_sequence(tx)])
+
+    def __index__(self):
+        from .native import index_of
+
+        return index_of(self.vt)
+
+    def __repr__(self):
+        return f"<{self.vt!r}>"
+
 
 def dict_key(vt):
     if vt.is_python_constant():
@@ -250,8 +232,16 @@ def dict_key(vt):
     if isinstance(vt, TensorVariable):
         return IdKey(vt)
     if hasattr(vt, "value"):
+        cls = vt.python_type()
+        if not isinstance(vt.value, (torch.nn.Module, type)) and (
+                getattr(cls, "__eq__", None) is not object.__eq__ or getattr(cls, "__hash__", None) is not object.__hash__):
+            unsupported(f"dict key of a {cls.__name__} object with its own __eq__/__hash__")
         return IdKey(vt)
     unsupported(f"dict key {vt}")
+
+
+_KEY_METHODS = {"__setitem__", "__delitem__", "get", "pop", "setdefault", "__contains__", "add", "discard", "remove",
+                "move_to_end"}
 
 
 class DictVariable(VariableTracker):
@@ -287,17 +277,20 @@ class DictVariable(VariableTracker):
 
     def getitem(self, tx, key_vt):
         key = dict_key(key_vt)
-        if key not in self.items:
-            if self.default_factory is not None:
-                value = self.default_factory.call_function(tx, [], {})
-                self.call_method(tx, "__setitem__", [key_vt, value], {})
-                return value
-            unsupported(f"KeyError {key!r}")
-        return self.items[key][1]
+        if key in self.items:
+            return self.items[key][1]
+        if self.user_cls is collections.defaultdict and self.default_factory is not None and not (
+                self.default_factory.is_python_constant() and self.default_factory.as_python_constant() is None):
+            value = self.default_factory.call_function(tx, [], {})
+            self.call_method(tx, "__setitem__", [key_vt, value], {})
+            return value
+        from .native import call_native_method
+
+        return call_native_method(tx, self, "__getitem__", [key_vt], {})
 
     def reconstruct(self, cg):
-        if self.source is not None and not cg.is_mutated(self):
-            return cg.from_source(self.source)
+        if self.source is not None:
+            return cg.from_source(self.source)  # mutations are replayed in place before
         pairs = [(cg.recipe(k), cg.recipe(v)) for k, v in self.items.values()]
         user_cls = self.user_cls
         if user_cls is collections.defaultdict:
@@ -306,65 +299,13 @@ class DictVariable(VariableTracker):
         return lambda rt: user_cls([(k(rt), v(rt)) for k, v in pairs])
 
     def call_method(self, tx, name, args, kwargs):
-        mutating = {"__setitem__", "update", "pop", "popitem", "clear", "setdefault", "__delitem__", "move_to_end"}
-        if name in mutating:
-            tx.output.side_effects.mutate(self)
-        if name == "__getitem__":
+        if name == "__getitem__" and len(args) == 1 and not kwargs:
             return self.getitem(tx, args[0])
-        if name == "__setitem__":
-            self.items[dict_key(args[0])] = (args[0], args[1])
-            return ConstantVariable(None)
-        if name == "__delitem__":
-            del self.items[dict_key(args[0])]
-            return ConstantVariable(None)
-        if name == "__len__":
-            return ConstantVariable(len(self.items))
-        if name == "__contains__":
-            return ConstantVariable(dict_key(args[0]) in self.items)
-        if name == "get":
-            key = dict_key(args[0])
-            if key in self.items:
-                return self.items[key][1]
-            return args[1] if len(args) > 1 else ConstantVariable(None)
-        if name == "keys":
-            return DictViewVariable(self, name, [k for k, _ in self.items.values()])
-        if name == "values":
-            return DictViewVariable(self, name, [v for _, v in self.items.values()])
-        if name == "items":
-            return DictViewVariable(self, name, [TupleVariable([k, v]) for k, v in self.items.values()])
-        if name == "update":
-            other = args[0] if args else None
-            if isinstance(other, DictVariable):
-                self.items.update(other.items)
-            elif other is not None:
-                for pair in other.unpack_var_sequence(tx):
-                    k, v = pair.unpack_var_sequence(tx)
-                    self.items[dict_key(k)] = (k, v)
-            for k, v in kwargs.items():
-                self.items[k] = (ConstantVariable(k), v)
-            return ConstantVariable(None)
-        if name == "pop":
-            key = dict_key(args[0])
-            if key in self.items:
-                return self.items.pop(key)[1]
-            if len(args) > 1:
-                return args[1]
-            unsupported(f"KeyError {key!r}")
-        if name == "setdefault":
-            key = dict_key(args[0])
-            if key not in self.items:
-                self.items[key] = (args[0], args[1] if len(args) > 1 else ConstantVariable(None))
-            return self.items[key][1]
-        if name == "clear":
-            self.items.clear()
-            return ConstantVariable(None)
-        if name == "copy":
-            return DictVariable(dict(self.items), self.user_cls, default_factory=self.default_factory)
-        if name == "__or__":
-            new = DictVariable(dict(self.items), self.user_cls)
-            new.items.update(args[0].items)
-            return new
-        unsupported(f"dict.{name}")
+        if name in _KEY_METHODS and args:
+            dict_key(args[0])  # a non-constant key must be one identity hashing describes
+        from .native import call_native_method
+
+        return call_native_method(tx, self, name, args, kwargs)
 
     def __repr__(self):
         return f"DictVariable({list(self.items)!r})"
@@ -392,11 +333,9 @@ class DictViewVariable(VariableTracker):
         return method_of(self, name)
 
     def call_method(self, tx, name, args, kwargs):
-        if name == "__len__":
-            return ConstantVariable(len(self.items))
-        if name == "__contains__":
-            return tx.contains(self.items, args[0])
-        unsupported(f"dict view .{name}")
+        from .native import call_native_method
+
+        return call_native_method(tx, self, name, args, kwargs)
 
     def reconstruct(self, cg):
         owner, kind = cg.recipe(self.owner), self.kind
@@ -430,40 +369,18 @@ class SetVariable(VariableTracker):
         return list(self.items.values())
 
     def reconstruct(self, cg):
-        if self.source is not None and not cg.is_mutated(self):
-            return cg.from_source(self.source)
+        if self.source is not None:
+            return cg.from_source(self.source)  # mutations are replayed in place before
         recipes = [cg.recipe(v) for v in self.items.values()]
         kind = frozenset if self.frozen else set
         return lambda rt: kind(r(rt) for r in recipes)
 
     def call_method(self, tx, name, args, kwargs):
-        if name in ("add", "update", "discard", "remove", "clear", "pop"):
-            tx.output.side_effects.mutate(self)
-        if name == "add":
-            self.items[dict_key(args[0])] = args[0]
-            return ConstantVariable(None)
-        if name == "update":
-            for a in args:
-                for v in a.unpack_var_sequence(tx):
-                    self.items[dict_key(v)] = v
-            return ConstantVariable(None)
-        if name in ("discard", "remove"):
-            self.items.pop(dict_key(args[0]), None)
-            return ConstantVariable(None)
-        if name == "__contains__":
-            return ConstantVariable(dict_key(args[0]) in self.items)
-        if name == "__len__":
-            return ConstantVariable(len(self.items))
-        if name in ("union", "__or__", "intersection", "__and__", "difference", "__sub__", "issubset", "issuperset"):
-            mine = set(self.items)
-            other = {dict_key(v): v for a in args for v in a.unpack_var_sequence(tx)}
-            if name in ("issubset", "issuperset"):
-                return ConstantVariable(getattr(mine, name)(set(other)))
-            op = {"__or__": "union", "__and__": "intersection", "__sub__": "difference"}.get(name, name)
-            keys = getattr(mine, op)(set(other))
-            lookup = {**other, **self.items}
-            return SetVariable([lookup[k] for k in keys])
-        unsupported(f"set.{name}")
+        if name in _KEY_METHODS and args:
+            dict_key(args[0])
+        from .native import call_native_method
+
+        return call_native_method(tx, self, name, args, kwargs)
 
 
 class ListIteratorVariable(VariableTracker):
@@ -519,3 +436,55 @@ class SliceVariable(VariableTracker):
     def reconstruct(self, cg):
         recipes = [cg.recipe(p) for p in self.parts]
         return lambda rt: slice(*[r(rt) for r in recipes])
+
+
+_OP_NAMES = {operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.and_: "and",
+             operator.or_: "or", operator.xor: "xor", operator.mod: "mod"}
+
+
+def container_binary_op(tx, op, base, a, b):
+    """``a op b`` where a container is involved, through the real dunders (``__iadd__``
+    keeps a list's identity, ``__rmul__`` for ``3 * lst``, ``NotImplemented`` falls back
+    as CPython does); None when no container is involved."""
+    from .tensor import TensorVariable
+
+    kinds = (BaseListVariable, DictVariable, SetVariable, DictViewVariable)
+    name = _OP_NAMES.get(base)
+    if name is None or not (isinstance(a, kinds) or isinstance(b, kinds)):
+        return None
+    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        return None
+    if base is operator.add and (isinstance(a, SizeVariable) or isinstance(b, SizeVariable)):
+        if not (isinstance(a, TupleVariable) and isinstance(b, TupleVariable)):
+            unsupported("TypeError: can only concatenate tuple (not a list) to torch.Size")
+        return SizeVariable(a.items + b.items)
+
+    def attempt(vt, dunder, other):
+        if not isinstance(vt, kinds) or not hasattr(vt.python_type(), dunder):
+            return None
+        result = vt.call_method(tx, dunder, [other], {})
+        if result.is_python_constant() and result.as_python_constant() is NotImplemented:
+            return None
+        return result
+
+    if not isinstance(a, kinds):  # e.g. "%s" % (x,): the left operand's operator first
+        from .native import NativeCall
+
+        nc = NativeCall(tx)
+        ra, rb = nc.real(a), nc.real(b)
+        if not nc.opaque:
+            try:
+                return nc.wrap(base(ra, rb))
+            except Exception as e:  # noqa: BLE001
+                unsupported(f"{base.__name__} raised {type(e).__name__}: {e}")
+    result = None
+    if op is not base:
+        result = attempt(a, f"__i{name}__", b)
+    if result is None:
+        result = attempt(a, f"__{name}__", b)
+    if result is None and not (isinstance(a, kinds) and type(a) is type(b)):
+        result = attempt(b, f"__r{name}__", a)
+    if result is None:
+        unsupported(f"TypeError: unsupported operand type(s) for {base.__name__}: "
+                    f"'{a.python_type().__name__}' and '{b.python_type().__name__}'")
+    return result

@@ -12,7 +12,6 @@ import abc
 import collections
 import dataclasses
 import inspect
-import itertools
 import types
 
 import torch
@@ -143,6 +142,10 @@ class UserDefinedClassVariable(ValueVariable):
                     return BoundMethodVariable(wrap_constant_like(tx, attr.__func__), self)
                 if isinstance(attr, (staticmethod, types.FunctionType, property)):
                     return bind_class_attr(tx, attr, None, cls, None)
+                if isinstance(attr, types.ClassMethodDescriptorType):  # dict.fromkeys, chain.from_iterable
+                    from .builder import wrap_constant_like
+
+                    return wrap_constant_like(tx, getattr(cls, name))
                 return bind_class_attr(tx, attr, None, cls, attr_source(self.source, name))
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(cls, name))
@@ -168,8 +171,13 @@ class UserDefinedClassVariable(ValueVariable):
             return AutocastVariable(named)
         if cls is torch.Size:
             return SizeVariable(args[0].unpack_var_sequence(tx) if args else [])
-        if cls in _ITERTOOLS:
-            return _itertools_call(tx, cls, args, kwargs)
+        from ..polyfills import polyfill_for
+
+        poly = polyfill_for(cls)
+        if poly is not None:
+            from .functions import UserFunctionVariable
+
+            return UserFunctionVariable(poly).call_function(tx, args, kwargs)
         if cls in (torch.finfo, torch.iinfo, torch.device) and all(a.is_python_constant() for a in args):
             from .builder import wrap_constant_like
 
@@ -186,15 +194,19 @@ class UserDefinedClassVariable(ValueVariable):
             return NamedTupleVariable(items, cls)
         if is_model_output_class(cls):
             return ModelOutputVariable.create(tx, cls, args, kwargs)
-        if cls in (collections.OrderedDict, collections.defaultdict) or cls is dict:
-            result = DictVariable(user_cls=cls)
+        if cls in (collections.OrderedDict, collections.defaultdict, collections.Counter, dict, collections.deque):
+            from .native import native_construct
+
+            factory = None
             if cls is collections.defaultdict:
-                result.default_factory = args[0] if args else ConstantVariable(None)
-                args = args[1:]
-            if args:
-                result.call_method(tx, "update", args, {})
-            for k, v in kwargs.items():
-                result.items[k] = (ConstantVariable(k), v)
+                factory = args[0] if args else ConstantVariable(None)
+                value = factory.as_python_constant() if factory.is_python_constant() else None
+                if value is not None and not callable(value):
+                    unsupported("TypeError: first argument must be callable or None")
+                args = [ConstantVariable(None), *args[1:]]
+            result = native_construct(tx, cls, args, kwargs)
+            if factory is not None:
+                result.default_factory = factory
             return result
         if issubclass(cls, BaseException):
             unsupported(f"constructing exception {cls.__name__}")
@@ -350,30 +362,6 @@ class PythonModuleVariable(VariableTracker):
     def reconstruct(self, cg):
         value = self.value
         return lambda rt: value
-
-
-_ITERTOOLS = {itertools.chain, itertools.product, itertools.islice, itertools.repeat, itertools.zip_longest}
-
-
-def _itertools_call(tx, cls, args, kwargs):
-    """``itertools`` over known sequences: the items are computed at trace time."""
-    from .containers import ListIteratorVariable, TupleVariable
-
-    if cls is itertools.chain:
-        return ListIteratorVariable([i for a in args for i in a.unpack_var_sequence(tx)])
-    if cls is itertools.product and not kwargs:
-        seqs = [a.unpack_var_sequence(tx) for a in args]
-        return ListIteratorVariable([TupleVariable(list(t)) for t in itertools.product(*seqs)])
-    if cls is itertools.islice:
-        bounds = [a.as_python_constant() for a in args[1:]]
-        return ListIteratorVariable(list(itertools.islice(args[0].unpack_var_sequence(tx), *bounds)))
-    if cls is itertools.repeat and len(args) == 2:
-        return ListIteratorVariable([args[0]] * args[1].as_python_constant())
-    if cls is itertools.zip_longest:
-        fill = kwargs.get("fillvalue", ConstantVariable(None))
-        seqs = [a.unpack_var_sequence(tx) for a in args]
-        return ListIteratorVariable([TupleVariable(list(t)) for t in itertools.zip_longest(*seqs, fillvalue=fill)])
-    unsupported(f"itertools.{cls.__name__} with these arguments")
 
 
 def is_model_output_class(cls) -> bool:
