@@ -92,7 +92,24 @@ class WrapperCodegen:
         for out in self.graph.outputs:
             if isinstance(out, (Buffer, ReinterpretView)):
                 uses[out.name] = len(self.entries)
+        self._extend_to_waits(uses)
         return uses
+
+    def _extend_to_waits(self, uses) -> None:
+        """A collective (``_c10d_functional``) may read its inputs until its ``wait_tensor``
+        returns: they stay alive, and their storage is not reused, until that wait."""
+        pending: dict[str, list[str]] = {}
+        for i, e in enumerate(self.entries):
+            op = getattr(e, "op", None)
+            if not (isinstance(op, torch._ops.OpOverload) and op.namespace == "_c10d_functional"):
+                continue
+            names = self._entry_names(e)
+            if op.__name__.startswith("wait_tensor"):
+                for name in names[1:]:
+                    for arg in pending.pop(name, ()):
+                        uses[arg] = max(uses[arg], i)
+            else:
+                pending[e.name] = names[1:]
 
     def _entry_names(self, e):
         if isinstance(e, FusedKernel):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch.distributed as _dist
 
 if _dist.is_available():
-    from . import collectives as _collectives  # noqa: F401  (registers capture handlers)
+    from . import collectives as _collectives  # noqa: F401  (registers its capture handlers)
     from .ddp import install as _install_ddp
 
     _install_ddp()

@@ -12,6 +12,17 @@ import types
 from .base import ConstantVariable, VariableTracker, unsupported
 
 
+# Python functions whose calls a later stage captures its own way (torchkiln.distributed:
+# functional collectives become op nodes, in-place collectives graph breaks):
+# ``handler(tx, args, kwargs) -> VariableTracker``, keyed by the function object.
+call_handlers: dict = {}
+
+
+def register_call_handler(fn, handler) -> None:
+    """Capture calls of ``fn`` with ``handler(tx, args, kwargs)`` instead of inlining ``fn``."""
+    call_handlers[fn] = handler
+
+
 class BaseUserFunctionVariable(VariableTracker):
     def python_type(self):
         return types.FunctionType
@@ -45,6 +56,9 @@ class UserFunctionVariable(BaseUserFunctionVariable):
 
     def call_function(self, tx, args, kwargs):
         fn = self.fn
+        handler = call_handlers.get(fn)
+        if handler is not None:
+            return handler(tx, args, kwargs)
         if getattr(fn, "_torchkiln_graph_break", False):
             unsupported("torchkiln.graph_break() called")
         if getattr(fn, "_torchkiln_disable", False):

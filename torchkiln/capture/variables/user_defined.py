@@ -149,6 +149,11 @@ class UserDefinedClassVariable(ValueVariable):
                 return bind_class_attr(tx, attr, None, cls, attr_source(self.source, name))
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(cls, name))
+        if isinstance(mro_lookup(type(cls), name), property):
+            # a metaclass property (torch.distributed's group.WORLD): read it, guarded by its source
+            from .builder import wrap
+
+            return wrap(tx, getattr(cls, name), attr_source(self.source, name) if self.source else None)
         unsupported(f"class attribute {cls.__name__}.{name}")
 
     def call_function(self, tx, args, kwargs):
