@@ -95,7 +95,7 @@ def test_one_source_in_flight_twice_builds_once(cache, gated_cxx):
 
 def test_broken_build_falls_back_to_eager_with_one_warning_at_first_call(cache, gated_cxx, monkeypatch):
     patch, gate = gated_cxx
-    monkeypatch.setattr(cpp, "render_kernel", lambda k: f"this is not C++ {k.name};")
+    monkeypatch.setattr(cpp, "render_kernel", lambda k, sites=None: f"this is not C++ {k.name};")
     x = torch.randn(8)
     fn = lambda a: ((a + 1).sin(),)  # noqa: E731
     metrics.reset()
@@ -114,7 +114,7 @@ def test_broken_build_falls_back_to_eager_with_one_warning_at_first_call(cache, 
 
 def test_broken_build_raises_at_first_call_under_debug(cache, gated_cxx, monkeypatch):
     patch, gate = gated_cxx
-    monkeypatch.setattr(cpp, "render_kernel", lambda k: f"still not C++ {k.name};")
+    monkeypatch.setattr(cpp, "render_kernel", lambda k, sites=None: f"still not C++ {k.name};")
     x = torch.randn(8)
     with config.patch(debug=True), patch:
         compiled = _inner(lambda a: (a.tanh() * 3,), x)

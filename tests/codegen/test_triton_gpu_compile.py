@@ -35,7 +35,10 @@ def _compile_kernels(kernels, failures):
     from torchkiln.codegen.triton.generator import TritonGenerator, load_module
 
     gen = TritonGenerator(torch.device("cuda"))
-    module = load_module(gen.render(kernels))
+    source = gen.render(kernels)
+    module = load_module(source)
+    # the launcher compiles kernels with index checks with debug on (tl.device_assert)
+    options = {"debug": True, "sanitize_overflow": False} if "kiln_check_index(" in source.split("def kiln_check")[-1] else None
     for k in kernels:
         names = [k.name] if not k.reduction_ranges else [f"{k.name}_persistent", f"{k.name}_looped"]
         for name in names:
@@ -52,7 +55,7 @@ def _compile_kernels(kernels, failures):
                 full.update({c: "constexpr" for c in constexprs})
                 try:
                     triton.compile(ASTSource(fn=getattr(module, name), signature=full, constexprs=dict(constexprs)),
-                                   target=GPUTarget("cuda", 90, 32))
+                                   target=GPUTarget("cuda", 90, 32), options=options)
                 except Exception as e:  # noqa: BLE001 - reported by the parent test
                     failures.append(f"{name} (IDX64={idx64}): {type(e).__name__}: {str(e).strip()[:400]}")
                     break
@@ -123,7 +126,7 @@ def _printer_kernels():
 # A representative subset (every case of test_ops.py compiled when this was written;
 # run ``python tests/codegen/test_triton_gpu_compile.py <case names...>`` for others).
 CASES = ["gelu", "rounding", "int_ops", "remainder_fmod", "compare", "argmax_argmin", "any_all", "prod",
-         "softmax", "layer_norm", "gather", "index_put_acc", "constant_pad", "to_half", "isnan_isinf"]
+         "softmax", "layer_norm", "gather", "index_put_acc", "embedding", "constant_pad", "to_half", "isnan_isinf"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU run compiles and runs the kernels for real")

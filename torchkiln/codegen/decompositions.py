@@ -22,7 +22,9 @@ EXTRA = [
 # attention weights where the real op returns logsumexp; autograd saves that output for
 # the op's own backward kernel, so decomposing it gives silently wrong gradients.  The op
 # stays an extern kernel (its backward too), as torch's own backend does.
-EXCLUDE = [aten._scaled_dot_product_flash_attention_for_cpu.default]
+# index_add and index_copy decompose to index_put, which wraps negative indices where
+# these ops raise (IndexError, as eager); they run as ATen kernels instead.
+EXCLUDE = [aten._scaled_dot_product_flash_attention_for_cpu.default, aten.index_add.default, aten.index_copy.default]
 
 
 def _batch_norm_inference_only(decomposition):

@@ -70,13 +70,23 @@ class Indirect(_Node):
     """An index symbol whose value is computed in the kernel (an indirect index).
 
     ``value`` is an integer IR value; a negative value wraps by adding ``size`` (as
-    Python and ATen indexing do).  Out-of-range values are the user's error, as in
-    eager (generators may check them in debug builds).
+    Python and ATen indexing do) unless ``wrap`` is False (the lowering proved it
+    non-negative).  With ``check`` (``codegen.config.assert_indirect_indexing``, unless
+    the lowering proved the range, see :mod:`..bounds`) the generator checks the wrapped
+    value against ``[0, size)``; an index outside raises in the wrapper the exception
+    eager raises for the user's ``op`` (the ATen op's name) at dimension ``dim`` (C++:
+    the kernel records the first failure and returns non-zero; Triton:
+    ``tl.device_assert``, and a raise in the interpreter).  A failing point reads or
+    writes element 0 of the dimension instead, so no access leaves the buffer.
     """
 
     symbol: sympy.Symbol
     value: Any
     size: sympy.Expr
+    check: bool = False
+    wrap: bool = True
+    op: str = ""
+    dim: int = 0
 
 
 @_value

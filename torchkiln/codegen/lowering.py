@@ -18,7 +18,7 @@ from typing import Callable
 import sympy
 import torch
 
-from . import ir
+from . import bounds, ir
 from .ir import Constant, IndexValue, Masked, Op
 from .nodes import (
     ExternKernel, InputBuffer, Layout, MultiOutput, MutationBuffer, Pointwise, Reduction, ReinterpretView,
@@ -826,9 +826,22 @@ def constant_pad_nd(x, pad, value=0):
     return TensorBox(Pointwise(size, odt, device(), inner))
 
 
-def _indirect(index_value, size):
+def _user_op() -> str:
+    """The ATen op being lowered, named in index errors (read at lowering time: inner
+    functions run again while scheduling)."""
+    return str(current_graph().current_node.target)
+
+
+def _indirect(index_value, size, op: str, dim: int, idx=(), ranges=(), wrap=True):
+    """A fresh indirect symbol for ``index_value`` into a dimension of ``size``, checked
+    (and, with ``wrap``, negatives wrapped: indexing, index_put; gather, scatter,
+    index_select and embedding reject them as eager does) unless :func:`bounds.needs`
+    proves it needless; ``idx``/``ranges``: the point's index variables and sizes."""
     sym = current_graph().new_indirect_symbol()
-    return sym, ir.Indirect(sym, cast(index_value, torch.int64), size)
+    value = cast(index_value, torch.int64)
+    var_ranges = {i: r for i, r in zip(idx, ranges) if isinstance(i, sympy.Symbol)}
+    check, wrap = bounds.needs(value, size, var_ranges, wrap)
+    return sym, ir.Indirect(sym, value, size, check=check, wrap=wrap, op=op, dim=dim)
 
 
 def _indirect_loader(x: TensorBox):
@@ -851,9 +864,10 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     iload = indices.make_loader()
     vocab = weight.get_size()[0]
     wload = _indirect_loader(weight)
+    op = _user_op()
 
     def inner(idx):
-        sym, ind = _indirect(iload(idx[:nidx]), vocab)
+        sym, ind = _indirect(iload(idx[:nidx]), vocab, op, 0, idx, size, wrap=False)
         return wload([sym] + list(idx[nidx:]), [ind])
 
     return TensorBox(Pointwise(size, weight.dtype, device(), inner))
@@ -867,11 +881,12 @@ def gather(x, dim, index, sparse_grad=False):
     iload = index.make_loader()
     dsize = x.get_size()[dim] if x.get_size() else sympy.Integer(1)
     xload = _indirect_loader(x)
+    op = _user_op()
 
     def inner(idx):
         if n == 0:
             return xload([], [])
-        sym, ind = _indirect(iload(idx), dsize)
+        sym, ind = _indirect(iload(idx), dsize, op, dim, idx, size, wrap=False)
         sub = list(idx)
         sub[dim] = sym
         return xload(sub, [ind])
@@ -886,11 +901,12 @@ def index_select(x, dim, index):
     dim = dim % max(n, 1)
     iload = index.make_loader()
     xload = _indirect_loader(x)
+    op = _user_op()
 
     def inner(idx):
         if not x.get_size():
             return xload([], [])
-        sym, ind = _indirect(iload([idx[dim]] if index.get_size() else []), x.get_size()[dim])
+        sym, ind = _indirect(iload([idx[dim]] if index.get_size() else []), x.get_size()[dim], op, dim, idx, size, wrap=False)
         sub = list(idx)
         sub[dim] = sym
         return xload(sub, [ind])
@@ -912,13 +928,14 @@ def index(x, indices):
     loaders = {k: broadcast_loader(indices[k], bsize) for k in positions}
     rest = [d for d in range(len(xs)) if d not in positions]
     xload = _indirect_loader(x)
+    op = _user_op()
 
     def inner(idx):
         bidx = idx[first:first + bshape_len]
         other = list(idx[:first]) + list(idx[first + bshape_len:])
         sub, inds = [None] * len(xs), []
         for k in positions:
-            sym, ind = _indirect(loaders[k](bidx), xs[k])
+            sym, ind = _indirect(loaders[k](bidx), xs[k], op, k, idx, size)
             sub[k] = sym
             inds.append(ind)
         for d, i in zip(rest, other):
@@ -968,9 +985,11 @@ def scatter(x, dim, index, src, reduce=None):
     isize = list(index.get_size())
     iload = index.make_loader()
     sload = src.make_loader() if isinstance(src, TensorBox) else loader_for(src, out.dtype)
+    op = _user_op()
 
     def store_index(idx):
-        sym, ind = _indirect(iload(idx), x.get_size()[dim] if n else sympy.Integer(1))
+        sym, ind = _indirect(iload(idx), x.get_size()[dim] if n else sympy.Integer(1), op, dim, idx, isize,
+                             wrap=False)
         sub = list(idx)
         if n:
             sub[dim] = sym
@@ -994,12 +1013,13 @@ def index_put(x, indices, values, accumulate=False):
     size = bsize + xs[k:]
     loaders = [broadcast_loader(i, bsize) for i in indices]
     vload = broadcast_loader(values, size)
+    op = _user_op()
 
     def store_index(idx):
         b, rest = idx[:len(bsize)], idx[len(bsize):]
         sub, inds = [], []
         for d, ld in enumerate(loaders):
-            sym, ind = _indirect(ld(b), xs[d])
+            sym, ind = _indirect(ld(b), xs[d], op, d, idx, size)
             sub.append(sym)
             inds.append(ind)
         return out.layout.index(sub + list(rest)), tuple(inds)

@@ -5,7 +5,7 @@ import ctypes
 
 import torch
 
-from .. import config
+from .. import bounds, config
 from ..generators import KernelGenerator
 from . import vecmath
 from .build import start_build
@@ -23,6 +23,7 @@ class CppGenerator(KernelGenerator):
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)
         self._source = ""
+        self._sites: dict[str, list] = {}  # kernel name -> (op, dim) of its index checks
 
     def compile_kernels(self, kernels: list) -> dict:
         return self.start_compile(kernels).result()
@@ -30,9 +31,14 @@ class CppGenerator(KernelGenerator):
     def start_compile(self, kernels: list) -> "PendingKernels":
         """Render the translation unit and start its build; returns at once (see
         :class:`PendingKernels`).  A cached library is loaded before returning."""
-        parts = [vecmath.declarations()[0], PRELUDE] + [render_kernel(k) for k in kernels]
+        parts = [vecmath.declarations()[0], PRELUDE]
+        for k in kernels:
+            sites = []
+            parts.append(render_kernel(k, sites))
+            if sites:
+                self._sites[k.name] = sites
         self._source = "\n\n".join(parts) + "\n"
-        return PendingKernels(start_build(self._source) if kernels else None, kernels)
+        return PendingKernels(start_build(self._source) if kernels else None, kernels, self._sites)
 
     def prologue(self, kernels: list) -> list[str]:
         return ["_kiln_sync_threads()"] if kernels else []
@@ -40,20 +46,35 @@ class CppGenerator(KernelGenerator):
     def call(self, kernel, args: list[str]) -> str:
         nbuf = len(kernel.buffers)
         parts = [f"{a}.data_ptr()" for a in args[:nbuf]] + list(args[nbuf:])
-        return f"{kernel.name}({', '.join(parts)})"
+        launch = f"{kernel.name}({', '.join(parts)})"
+        if kernel.name in self._sites:  # returns 1 when an indirect index was out of range
+            return f"if {launch}: _kiln_index_error({kernel.name!r})"
+        return launch
 
     def source(self) -> str:
         return self._source
 
 
-def _bind(lib, kernels: list) -> dict:
-    """ctypes functions with their argtypes set, and the thread-count synchronizer."""
+def _bind(lib, kernels: list, sites: dict) -> dict:
+    """ctypes functions with their argtypes set, the thread-count synchronizer and the
+    raiser of index errors (``_kiln_index_error(kernel_name)``)."""
     out = {}
     for k in kernels:
         fn = getattr(lib, k.name)
         fn.argtypes = [ctypes.c_void_p] * len(k.buffers) + [ctypes.c_int64] * len(k.size_args)
-        fn.restype = None
+        fn.restype = ctypes.c_int if k.name in sites else None
         out[k.name] = fn
+    if sites:
+        getter = lib.kiln_get_index_error
+        getter.argtypes = [ctypes.c_void_p]
+
+        def index_error(name):
+            info = (ctypes.c_int64 * 3)()
+            getter(info)
+            op, dim = sites[name][info[0]]
+            raise bounds.index_error(op, dim, info[1], info[2])
+
+        out["_kiln_index_error"] = index_error
     setter = lib.kiln_set_num_threads
     setter.argtypes = [ctypes.c_int]
     state = [0]
@@ -73,9 +94,10 @@ class PendingKernels:
     ``result()`` (``{name: object}`` for the wrapper's globals) would return at once;
     ``result()`` waits for the build and raises ``RuntimeError`` if it failed."""
 
-    def __init__(self, build, kernels: list) -> None:
+    def __init__(self, build, kernels: list, sites: dict) -> None:
         self._build = build
         self._kernels = kernels
+        self._sites = sites
 
     def done(self) -> bool:
         return self._build is None or self._build.done()
@@ -84,4 +106,4 @@ class PendingKernels:
         if self._build is None:
             return {}
         lib, _ = self._build.result()
-        return _bind(lib, self._kernels)
+        return _bind(lib, self._kernels, self._sites)

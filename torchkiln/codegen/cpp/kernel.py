@@ -111,6 +111,7 @@ class CppKernel:
         self.dtypes = {b.name: b.dtype for b in kernel.buffers}
         self.reductions: dict[str, str] = {}
         self.serial = any(isinstance(s, Store) and (s.mode or s.indirect) for lp in kernel.loops for s in lp.body)
+        self.sites: list[tuple[str, int]] = []  # (op, dim) of each indirect-index check
 
     def tmp(self) -> str:
         self.counter += 1
@@ -153,15 +154,35 @@ class CppKernel:
         for ind in indirect:
             sym = str(ind.symbol)
             if scope.lookup(("indirect", sym)) is None:
-                v = self.emit(ind.value, scope)
+                # computed (and checked) before the inner loop when it does not change along it
+                at = scope
+                while at.hoist is not None and not self._depends(ind.value, at.loop_vars, {}) and not (
+                        sympy.sympify(ind.size).free_symbols & at.loop_vars):
+                    at = at.hoist
+                v = self.emit(ind.value, at)
                 size = cexpr(ind.size)
-                scope.lines.append(f"{scope.indent}int64_t {sym} = {v} < 0 ? {v} + {size} : {v};")
-                scope.names[("indirect", sym)] = sym
+                if ind.check:
+                    self.sites.append((ind.op, ind.dim))
+                    rhs = f"kiln_check_index({v}, {size}, {len(self.sites) - 1}, &kiln_err, {'true' if ind.wrap else 'false'})"
+                elif ind.wrap:
+                    rhs = f"{v} < 0 ? {v} + {size} : {v}"
+                else:
+                    rhs = v
+                at.lines.append(f"{at.indent}int64_t {sym} = {rhs};")
+                at.names[("indirect", sym)] = sym
         return cexpr(index)
+
+    @staticmethod
+    def _empty_dim(indirect) -> bool:
+        """An indirect index into a dimension of size 0: every index fails its check, and
+        element 0 does not exist (the data pointer may be null), so no access is made."""
+        return any(ind.check and sympy.sympify(ind.size) == 0 for ind in indirect)
 
     def _expr(self, value, scope) -> str:
         if isinstance(value, Load):
             ref = f"{value.buffer}[{self._index(value.index, value.indirect, scope)}]"
+            if self._empty_dim(value.indirect):
+                return literal(0, value.dtype)
             if value.dtype == torch.float16:
                 return f"kiln_h2f({ref})"
             if value.dtype == torch.bfloat16:
@@ -247,6 +268,8 @@ class CppKernel:
         else:
             v = f"static_cast<{ctype(dt)}>({v})"
         ref = f"{st.buffer}[{self._index(st.index, st.indirect, scope)}]"
+        if self._empty_dim(st.indirect):
+            return
         if st.mode == "atomic_add":
             if dt in (torch.float16, torch.bfloat16):
                 conv = "kiln_f2h" if dt == torch.float16 else "kiln_f2bf"
@@ -769,7 +792,18 @@ _LANES_DEFINE = f"""#ifndef {CppKernel.LANES}
 """
 
 
-def render_kernel(kernel: FusedKernel) -> str:
-    source = CppKernel(reuse_across_loops(kernel)).render()
+def render_kernel(kernel: FusedKernel, sites: list | None = None) -> str:
+    """The kernel's C++ source.  A kernel with indirect-index checks returns ``int`` (1:
+    a check failed, see ``kiln_get_index_error``); the ``(op, dim)`` of its checks, by
+    site number, are appended to ``sites``."""
+    k = CppKernel(reuse_across_loops(kernel))
+    source = k.render()
+    if k.sites:
+        head = f'extern "C" void {kernel.name}('
+        assert source.startswith(head) and source.endswith("\n}"), "unexpected kernel layout"
+        first = source.index("{\n") + 2
+        source = (f'extern "C" int {kernel.name}(' + source[len(head):first] + "  kiln_index_error kiln_err = {};\n"
+                  + source[first:-1] + "  return kiln_index_report(&kiln_err);\n}")
+    if sites is not None:
+        sites.extend(k.sites)
     return _LANES_DEFINE + source if CppKernel.LANES in source else source
-

@@ -45,6 +45,30 @@ extern "C" double cos(double) noexcept;
 static int kiln_threads = 1;
 extern "C" void kiln_set_num_threads(int n) { kiln_threads = n < 1 ? 1 : n; }
 
+// Indirect-index checks: a kernel with checks keeps one kiln_index_error (shared by its
+// OpenMP threads), records the first index outside [-size, size) ([0, size) without
+// wrap: gather, scatter, index_select, embedding) and uses 0 instead,
+// finishes its loops, and returns 1 after copying the error to a thread-local the
+// wrapper reads with kiln_get_index_error (then raises IndexError/RuntimeError).
+struct kiln_index_error { int set; int site; int64_t index; int64_t size; };
+static thread_local kiln_index_error kiln_last_index_error;
+__attribute__((noinline, cold)) static void kiln_index_fail(kiln_index_error* e, int64_t i, int64_t n, int site) {
+  if (__atomic_exchange_n(&e->set, 1, __ATOMIC_ACQ_REL) == 0) { e->site = site; e->index = i; e->size = n; }
+}
+static inline int64_t kiln_check_index(int64_t i, int64_t n, int site, kiln_index_error* e, bool wrap) {
+  int64_t w = wrap && i < 0 ? i + n : i;
+  if (__builtin_expect(static_cast<uint64_t>(w) >= static_cast<uint64_t>(n), 0)) { kiln_index_fail(e, i, n, site); return 0; }
+  return w;
+}
+static inline int kiln_index_report(const kiln_index_error* e) {
+  if (!e->set) return 0;
+  kiln_last_index_error = *e;
+  return 1;
+}
+extern "C" void kiln_get_index_error(int64_t* out) {
+  out[0] = kiln_last_index_error.site; out[1] = kiln_last_index_error.index; out[2] = kiln_last_index_error.size;
+}
+
 namespace kiln {
 template <typename T> struct limits;
 template <> struct limits<float> {

@@ -38,6 +38,16 @@ from torchkiln.codegen.triton import runtime as _rt
 INTERPRET = {interpret}
 
 
+if INTERPRET:  # tl.device_assert is a no-op in the interpreter: raise from Python
+    kiln_check_index = _rt.interpret_check_index
+else:
+    @triton.jit
+    def kiln_check_index(raw, idx, size, mask, MSG: tl.constexpr, OP: tl.constexpr, DIM: tl.constexpr):
+        ok = (idx >= 0) & (idx < size)
+        tl.device_assert(ok, MSG, mask=mask)
+        return tl.where(ok, idx, 0)
+
+
 @triton.jit
 def kiln_floordiv(a, b):
     q = tl.abs(a) // tl.abs(b)

@@ -137,6 +137,7 @@ class KernelRenderer:
         self.buffers = {b.name: b for b in kernel.buffers}
         self.counter = 0
         self.reduced: dict[str, str] = {}  # Reduce name -> variable
+        self.checks = False  # whether some indirect index is range-checked
         exprs = index_expressions(kernel.loops)
         self.xvars, self.xranges, xsubs = merge(kernel.index_vars, kernel.ranges, exprs, "x")
         exprs = [e.xreplace(xsubs) for e in exprs]
@@ -182,7 +183,11 @@ class KernelRenderer:
         for ind in indirect:
             raw = self.value(ind.value, ctx)
             size = texpr(ind.size)
-            var = self.emit(ctx, f"tl.where({raw} < 0, {raw} + {size}, {raw})")
+            var = self.emit(ctx, f"tl.where({raw} < 0, {raw} + {size}, {raw})") if ind.wrap else raw
+            if ind.check:  # out of range: device_assert (a raise in the interpreter), then 0
+                self.checks = True
+                msg = f"index out of bounds in {ind.op} (dim {ind.dim})"
+                var = self.emit(ctx, f"kiln_check_index({raw}, {var}, {size}, {ctx.mask}, {msg!r}, {ind.op!r}, {ind.dim})")
             subs[ind.symbol] = sympy.Symbol(var, integer=True, nonnegative=True)  # after wrapping
         expr = self.sub(expr)
         if subs:
@@ -527,6 +532,11 @@ class KernelRenderer:
                       f"    idx64 = _rt.needs_int64(xnumel, {', '.join(names)})",
                       "    XBLOCK, warps = _rt.pointwise_config(xnumel, INTERPRET)",
                       f"    {k.name}[((xnumel + XBLOCK - 1) // XBLOCK,)]({args}, xnumel, XBLOCK=XBLOCK, IDX64=idx64, num_warps=warps)"]
+        if self.checks:  # device_assert needs debug; no int32 overflow asserts
+            lines = [line.replace("num_warps=warps)", "num_warps=warps, debug=True, sanitize_overflow=False)")
+                     for line in lines]
+            lines = lines[:1] + ["    try:"] + ["    " + line for line in lines[1:]] + [
+                "    except Exception as e:", "        _rt.raise_index_error(e)"]
         return "\n".join(lines)
 
     def render(self) -> str:

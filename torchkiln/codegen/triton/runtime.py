@@ -54,3 +54,43 @@ def needs_int64(numel: int, *tensors) -> bool:
         if t.untyped_storage().nbytes() // max(t.element_size(), 1) > _INT32_LIMIT:
             return True
     return False
+
+
+class IndexOutOfBounds(Exception):
+    """Raised by :func:`interpret_check_index` inside an interpreted kernel; the launcher
+    turns it into the exception eager raises (:func:`raise_index_error`)."""
+
+    def __init__(self, op: str, dim: int, index: int, size: int) -> None:
+        super().__init__(op, dim, index, size)
+        self.op, self.dim, self.index, self.size = op, dim, index, size
+
+
+def interpret_check_index(raw, idx, size, mask, msg, op, dim):
+    """``kiln_check_index`` under the interpreter (where ``tl.device_assert`` does
+    nothing without debug options): raises :class:`IndexOutOfBounds` for the first
+    wrapped index ``idx`` outside ``[0, size)`` where ``mask`` holds, else returns ``idx``."""
+    import numpy as np
+
+    def data(t):
+        t = getattr(t, "value", t)  # constexpr
+        return np.asarray(t.handle.data if hasattr(t, "handle") else t)
+
+    i, w, m, n = data(raw), data(idx), data(mask), data(size)
+    bad = ((w < 0) | (w >= n)) & (m != 0)
+    if bad.any():
+        first = np.broadcast_to(i, bad.shape)[bad].flat[0]
+        raise IndexOutOfBounds(str(data(op)), int(data(dim)), int(first), int(n.max()))
+    return idx
+
+
+def raise_index_error(error: BaseException) -> None:
+    """Re-raise a kernel launch's ``error``: as eager's IndexError/RuntimeError when an
+    index check failed in it (the interpreter wraps it in ``InterpreterError``)."""
+    from ..bounds import index_error
+
+    e = error
+    while e is not None and not isinstance(e, IndexOutOfBounds):
+        e = e.__cause__
+    if e is None:
+        raise error
+    raise index_error(e.op, e.dim, e.index, e.size) from None
