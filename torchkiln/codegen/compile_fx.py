@@ -20,7 +20,7 @@ from ..utils.logging import get_artifact_logger
 from . import config, metrics
 from .generators import get_generator
 from .graph import GraphLowering
-from .nodes import Buffer, ExternKernel, ReinterpretView
+from .nodes import Buffer, ExternKernel, InputBuffer, MutationBuffer, ReinterpretView
 from .scheduler import Scheduler, finalize
 from .trace_records import trace_graph
 from .wrapper import WrapperCodegen
@@ -41,19 +41,37 @@ class CompiledGraph:
     """
 
     def __init__(self, gm, code, globals_: dict, pending, source: str, kernel_source: str,
-                 kernels: list) -> None:
+                 kernels: list, launch_errors: tuple = ()) -> None:
         self.source = source
         self.kernel_source = kernel_source
         self.kernels = kernels
         self._gm, self._code, self._globals, self._pending = gm, code, globals_, pending
         self._debug = config.debug
+        self._launch_errors = launch_errors
         self._finishing = threading.Lock()
         self.current_callable = self._bind() if pending.done() else self._finish_then_call
 
     def _bind(self):
         self._globals.update(self._pending.result())
         exec(self._code, self._globals)
-        return self._globals["call"]
+        call = self._globals["call"]
+        if not self._launch_errors:
+            return call
+        gm, errors, debug = self._gm, self._launch_errors, self._debug
+
+        def guarded(*args):
+            # a kernel that fails to compile at its launch (Triton): eager from then on.
+            # No kernel of such a graph writes a graph input (see _launch_errors), so
+            # the kernels that ran before leave nothing behind.
+            try:
+                return call(*args)
+            except errors as e:
+                if debug:
+                    raise
+                self.current_callable = _fall_back(gm, e)
+                return self.current_callable(*args)
+
+        return guarded
 
     def _finish_then_call(self, *args):
         with self._finishing:
@@ -121,12 +139,17 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **kwargs):
 
 
 def _fall_back(gm, error: Exception):
-    """``gm`` run eagerly, with one warning per distinct error."""
+    """``gm`` run eagerly (its ATen ops), with one warning per distinct error naming the
+    graph's ops and the error (for a failed C++ or Triton build, the compiler's message)."""
     metrics.eager_fallbacks += 1
-    key = f"{type(error).__name__}: {error}"[:200]
+    text = f"{type(error).__name__}: {error}"
+    key = text[:200]
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(f"torchkiln codegen fell back to eager for a graph: {key}")
+        ops = sorted({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        named = ", ".join(ops[:12]) + (f" and {len(ops) - 12} more" if len(ops) > 12 else "")
+        warnings.warn(f"torchkiln codegen fell back to eager for a graph (ops: {named or 'none'}): "
+                      f"{text[:1500]}")
     return _eager(gm)
 
 
@@ -161,7 +184,15 @@ def _compile(gm, example_inputs) -> CompiledGraph:
     kernel_source = generator.source()
     if output_code_log.isEnabledFor(10):
         output_code_log.debug("wrapper:\n%s\nkernels:\n%s", source, kernel_source)
-    return CompiledGraph(gm, code, globals_, pending, source, kernel_source, kernels)
+    return CompiledGraph(gm, code, globals_, pending, source, kernel_source, kernels, _launch_errors(graph, generator))
+
+
+def _launch_errors(graph, generator) -> tuple:
+    """The generator's launch-time compile errors that may fall back to eager: none when
+    a kernel writes a graph input (a partial run could not be undone, so it raises)."""
+    writes_input = any(isinstance(b, MutationBuffer) and isinstance(b.target, InputBuffer)
+                       for b in graph.buffers.values())
+    return () if writes_input else generator.launch_errors
 
 
 def _start_compile(generator, kernels):

@@ -33,6 +33,10 @@ class KernelGenerator:
     every wrapper call (the C++ generator syncs its thread count there).
     """
 
+    # Exceptions a kernel launch raises when the kernel itself fails to compile (Triton
+    # compiles at the first launch): the graph then falls back to eager (compile_fx).
+    launch_errors: tuple = ()
+
     def __init__(self, device: torch.device) -> None:
         self.device = device
 

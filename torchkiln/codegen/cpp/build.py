@@ -14,6 +14,12 @@ and the flags (with ``-march=native``, also the host CPU), under
 waits and reuses the binary without compiling; in one process, a second request for a
 source whose build is in flight shares that build.  Hits (including shared in-flight
 builds) and misses count in ``counters["inductor"]["cpp_cache_hit" | "cpp_cache_miss"]``.
+
+A damaged cache entry is rebuilt, never mapped (a truncated .so mapped with ``dlopen``
+kills the process with SIGBUS): the .so is written to a temporary file and renamed into
+place, then its SHA-256 goes to ``<hash>.so.sha256`` (also renamed into place); before
+loading, the file must match its checksum.  A mismatch, a missing checksum, or a
+``dlopen`` error rebuilds the library (with one warning).
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import platform
 import subprocess
 import tempfile
 import threading
+import warnings
 
 from filelock import FileLock
 
@@ -108,44 +115,98 @@ class Build:
         return self._future.result()
 
 
+def _digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _publish(tmp: str, so_path: str) -> None:
+    """Move the built library ``tmp`` to ``so_path``, then its checksum beside it (both
+    by rename, so a reader never sees a partial file; a library without its checksum
+    is rebuilt)."""
+    digest = _digest(tmp)
+    os.replace(tmp, so_path)
+    fd, tmp_sum = tempfile.mkstemp(suffix=".sha256", dir=os.path.dirname(so_path))
+    with os.fdopen(fd, "w") as f:
+        f.write(digest)
+    os.replace(tmp_sum, so_path + ".sha256")
+
+
+def _load_verified(so_path: str, warn: bool = True):
+    """``ctypes.CDLL(so_path)`` if the file matches its checksum, else None (with one
+    warning if the file exists: it is damaged, or failed to load, and gets rebuilt)."""
+    if not os.path.exists(so_path):
+        return None
+    lib = None
+    try:
+        with open(so_path + ".sha256") as f:
+            want = f.read().strip()
+    except OSError:
+        why = "has no checksum"
+    else:
+        try:
+            why = "does not match its checksum"
+            if _digest(so_path) == want:
+                lib = ctypes.CDLL(so_path)
+        except OSError as e:
+            why = f"failed to load ({e})"
+    if lib is None and warn:
+        warnings.warn(f"torchkiln: cached kernel library {so_path} {why}; rebuilding it")
+    return lib
+
+
 def _compile(source: str, compiler: list[str], directory: str, key: str, so_path: str):
     """Runs on a worker thread: ``compiler`` (the compiler and its flags) under the file
     lock, unless another process built the object meanwhile; then loads it."""
     with FileLock(so_path + ".lock"):
-        if os.path.exists(so_path):
+        lib = _load_verified(so_path, warn=False)  # built by another process meanwhile?
+        if lib is not None:
             _count("cpp_cache_hit")
-        else:
-            _count("cpp_cache_miss")
-            cpp_path = os.path.join(directory, f"{key}.cpp")
-            with open(cpp_path, "w") as f:
-                f.write(source)
-            fd, tmp = tempfile.mkstemp(suffix=".so", dir=directory)
-            os.close(fd)
-            cmd = [compiler[0], cpp_path, "-o", tmp] + compiler[1:]
-            result = subprocess.run(cmd, capture_output=True, text=True)
-            if result.returncode != 0:
-                os.unlink(tmp)
-                raise RuntimeError(f"C++ compile failed ({' '.join(cmd)}):\n{result.stderr[-4000:]}")
-            os.replace(tmp, so_path)
+            return lib, so_path
+        _count("cpp_cache_miss")
+        cpp_path = os.path.join(directory, f"{key}.cpp")
+        with open(cpp_path, "w") as f:
+            f.write(source)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=directory)
+        os.close(fd)
+        cmd = [compiler[0], cpp_path, "-o", tmp] + compiler[1:]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            os.unlink(tmp)
+            errors = [line for line in result.stderr.splitlines() if "error" in line][:5]
+            raise RuntimeError(f"C++ compile failed: {' | '.join(errors) or result.stderr[-500:]}\n"
+                               f"command: {' '.join(cmd)}\n{result.stderr[-4000:]}")
+        _publish(tmp, so_path)
     return ctypes.CDLL(so_path), so_path
 
 
-def start_build(source: str) -> Build:
-    """Start compiling ``source`` into a shared object (or load it if cached); returns at once."""
-    global _pool
+def _locate(source: str):
+    """``(compiler command, cache directory, key, .so path)`` of ``source``."""
     compiler = [config.cpp_cxx] + flags()
     key_parts = [source, _compiler_id(compiler[0]), " ".join(compiler[1:])]
     if config.cpp_march_native:
         key_parts.append(_host_cpu())
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:40]
     directory = cache_dir("cpp")
-    so_path = os.path.join(directory, f"{key}.so")
+    return compiler, directory, key, os.path.join(directory, f"{key}.so")
+
+
+def library_path(source: str) -> str:
+    """Where the shared object built from ``source`` is cached."""
+    return _locate(source)[3]
+
+
+def start_build(source: str) -> Build:
+    """Start compiling ``source`` into a shared object (or load it if cached); returns at once."""
+    global _pool
+    compiler, directory, key, so_path = _locate(source)
     with _lock:
         future = _in_flight.get(so_path)
         if future is not None:
             counters["inductor"]["cpp_cache_hit"] += 1
             return Build(future, source)
-        if not os.path.exists(so_path):
+        lib = _load_verified(so_path)
+        if lib is None:
             if _pool is None:
                 _pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, "torchkiln-cxx")
             future = _pool.submit(_compile, source, compiler, directory, key, so_path)
@@ -154,7 +215,7 @@ def start_build(source: str) -> Build:
             return Build(future, source)
         counters["inductor"]["cpp_cache_hit"] += 1
     future = concurrent.futures.Future()
-    future.set_result((ctypes.CDLL(so_path), so_path))
+    future.set_result((lib, so_path))
     return Build(future, source)
 
 

@@ -143,6 +143,11 @@ class TritonGenerator(KernelGenerator):
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)
+        from triton.compiler.errors import CompilationError
+        from triton.runtime.errors import OutOfResources
+        from triton.runtime.interpreter import InterpreterError
+
+        self.launch_errors = (CompilationError, OutOfResources, InterpreterError)
         # CPU tensors need the interpreter; CUDA tensors run under it too if the user set it.
         self.interpret = device.type == "cpu" or interpreter_active()
         self._source = ""
