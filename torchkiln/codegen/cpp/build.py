@@ -18,8 +18,8 @@ builds) and misses count in ``counters["inductor"]["cpp_cache_hit" | "cpp_cache_
 A damaged cache entry is rebuilt, never mapped (a truncated .so mapped with ``dlopen``
 kills the process with SIGBUS): the .so is written to a temporary file and renamed into
 place, then its SHA-256 goes to ``<hash>.so.sha256`` (also renamed into place); before
-loading, the file must match its checksum.  A mismatch, a missing checksum, or a
-``dlopen`` error rebuilds the library (with one warning).
+loading, the file must match its checksum.  A mismatch or a ``dlopen`` error rebuilds
+the library with one warning; a missing checksum rebuilds it silently.
 """
 from __future__ import annotations
 
@@ -133,16 +133,17 @@ def _publish(tmp: str, so_path: str) -> None:
 
 
 def _load_verified(so_path: str, warn: bool = True):
-    """``ctypes.CDLL(so_path)`` if the file matches its checksum, else None (with one
-    warning if the file exists: it is damaged, or failed to load, and gets rebuilt)."""
+    """``ctypes.CDLL(so_path)`` if the file matches its checksum, else None: the caller
+    rebuilds it (with one warning if it is damaged or failed to load; silently if it has
+    no checksum)."""
     if not os.path.exists(so_path):
         return None
     lib = None
     try:
         with open(so_path + ".sha256") as f:
             want = f.read().strip()
-    except OSError:
-        why = "has no checksum"
+    except OSError:  # written before checksums, or its writer died before the rename
+        return None
     else:
         try:
             why = "does not match its checksum"

@@ -151,8 +151,14 @@ class CppKernel:
         return memo[key]
 
     def _index(self, index, indirect, scope) -> str:
+        subs = {}
         for ind in indirect:
             sym = str(ind.symbol)
+            # the same index value checked again (one per loop of a fused kernel): reuse it
+            same = scope.lookup(("indirect_value", ind.value, ind.size, ind.check, ind.wrap))
+            if same is not None and same != sym:
+                subs[ind.symbol] = sympy.Symbol(same, integer=True)
+                continue
             if scope.lookup(("indirect", sym)) is None:
                 # computed (and checked) before the inner loop when it does not change along it
                 at = scope
@@ -170,7 +176,8 @@ class CppKernel:
                     rhs = v
                 at.lines.append(f"{at.indent}int64_t {sym} = {rhs};")
                 at.names[("indirect", sym)] = sym
-        return cexpr(index)
+                at.names[("indirect_value", ind.value, ind.size, ind.check, ind.wrap)] = sym
+        return cexpr(index.xreplace(subs) if subs else index)
 
     @staticmethod
     def _empty_dim(indirect) -> bool:
