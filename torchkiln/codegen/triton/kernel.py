@@ -181,6 +181,11 @@ class KernelRenderer:
     def index(self, expr, indirect, ctx: _Context) -> str:
         subs = {}
         for ind in indirect:
+            key = ("indirect", ind.value, ind.size, ind.check, ind.wrap, ctx.mask)
+            var = ctx.scope.get(key)  # the same index value again: wrapped and checked once
+            if var is not None:
+                subs[ind.symbol] = sympy.Symbol(var, integer=True, nonnegative=True)
+                continue
             raw = self.value(ind.value, ctx)
             size = texpr(ind.size)
             var = self.emit(ctx, f"tl.where({raw} < 0, {raw} + {size}, {raw})") if ind.wrap else raw
@@ -188,6 +193,7 @@ class KernelRenderer:
                 self.checks = True
                 msg = f"index out of bounds in {ind.op} (dim {ind.dim})"
                 var = self.emit(ctx, f"kiln_check_index({raw}, {var}, {size}, {ctx.mask}, {msg!r}, {ind.op!r}, {ind.dim})")
+            ctx.scope.vars[key] = var
             subs[ind.symbol] = sympy.Symbol(var, integer=True, nonnegative=True)  # after wrapping
         expr = self.sub(expr)
         if subs:
