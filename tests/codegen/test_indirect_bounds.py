@@ -184,3 +184,32 @@ def test_config_switch_turns_checks_off():
 def test_triton_kernel_asserts():
     src = _kernel_source(lambda x, i: (torch.gather(x, 0, i) + 1,), x10, torch.tensor([3, 1]), cpu_backend="triton")
     assert "kiln_check_index(" in src and "debug=True" in src
+
+
+_CUDA_CHILD = """
+import torch, torchkiln
+x, i = torch.randn(10, device="cuda"), torch.tensor([3, 1], device="cuda")
+f = torchkiln.compile(lambda x, i: torch.gather(x, 0, i) + 1)
+assert torch.equal(f(x, i), torch.gather(x, 0, i) + 1)
+print("VALID OK", flush=True)
+try:
+    f(x, torch.tensor([3, 11], device="cuda"))
+    torch.cuda.synchronize()
+except RuntimeError as e:
+    print("RAISED", str(e)[:300], flush=True)
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (real Triton, tl.device_assert)")
+def test_cuda_device_assert_fires():
+    """On a GPU an out-of-range index trips tl.device_assert (the CUDA context is lost
+    afterwards, as under torch.compile, so this runs in a child process)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    child = subprocess.run([sys.executable, "-c", _CUDA_CHILD], env=env, capture_output=True, text=True, timeout=600)
+    out = child.stdout + child.stderr
+    assert "VALID OK" in out, out[-3000:]
+    assert "RAISED" in out or "device-side assert" in out or "index out of bounds" in out, out[-3000:]
