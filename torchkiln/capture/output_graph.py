@@ -190,9 +190,10 @@ class OutputGraph:
         counters["stats"]["unique_graphs"] += 1
         graph_code_log.debug("TRACED GRAPH %s\n%s", self.code_name, gm.print_readable(print_output=False))
         if trace.enabled:
-            trace.emit("graph", {"frame": self.code_name, "ops": self.count_ops(),
-                                 "sources": [str(i.source) for i in self.inputs],
-                                 "code": gm.print_readable(print_output=False)})
+            with trace.stage("trace"):
+                trace.emit("graph", {"frame": self.code_name, "ops": self.count_ops(),
+                                     "sources": [str(i.source) for i in self.inputs],
+                                     "code": gm.print_readable(print_output=False)})
         example_inputs = [i.value for i in self.inputs]
         for wrap_backend in _backend_wrappers:
             backend = wrap_backend(backend)

@@ -18,6 +18,11 @@ _graph_ids = itertools.count()
 
 def trace_graph(graph, entries: list, kernels: list, generator, wrapper_source: str) -> None:
     """Emit the records of one graph; ``entries`` is the finalized schedule."""
+    with trace.stage("trace"):  # the trace's own cost, shown apart in the report
+        _emit(graph, entries, kernels, generator, wrapper_source)
+
+
+def _emit(graph, entries, kernels, generator, wrapper_source) -> None:
     gid = next(_graph_ids)
     buffers = list(graph.buffers.values())
     externs = [e for e in entries if isinstance(e, ExternKernel)]

@@ -21,7 +21,8 @@ from .records import Compile, Process
 
 _FORMATTER = HtmlFormatter(cssclass="hl", nowrap=False)
 _LEXERS = {"python": PythonLexer(), "cpp": CppLexer()}
-_COLORS = {"capture": "#8fb3de", "backend": "#c9b6e4", "aot": "#f2c38b", "codegen": "#9fd49b", "cache": "#e6a0a0"}
+_COLORS = {"capture": "#8fb3de", "backend": "#c9b6e4", "aot": "#f2c38b", "codegen": "#9fd49b", "cache": "#e6a0a0",
+           "trace": "#d0d0d0"}
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -30,7 +31,8 @@ header p{margin:4px 0 0;color:#b9c1d0}main{padding:12px 24px 40px;max-width:1300
 h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #d5d9e0;padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}
 table{border-collapse:collapse;margin:6px 0;background:#fff}td,th{border:1px solid #d5d9e0;padding:3px 8px;
-text-align:left;vertical-align:top}th{background:#eef0f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
+text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#eef0f4}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
 details{background:#fff;border:1px solid #d5d9e0;border-radius:4px;margin:6px 0;padding:2px 10px}
 details>summary{cursor:pointer;padding:4px 0;font-weight:600}details details{background:#fbfbfc}
 details details>summary{font-weight:500}.item{border-left:4px solid #d94f4f;background:#fff;padding:6px 12px;
@@ -147,7 +149,7 @@ def _breaks_and_recompiles(p: Process, prefix: str) -> list[str]:
             kind, suggestion = hint(br.get("reason", ""))
             out.append(f"<div class='item break'><b>Graph break</b> {link} in <code>{e(str(br.get('frame')))}</code> "
                        f"at <code>{e(str(br.get('user_stack')))}</code> <span class='muted'>(bytecode offset "
-                       f"{br.get('offset')})</span><div class='reason'>{e(str(br.get('reason')))}</div>"
+                       f"{br.get('offset')} of the frame)</span><div class='reason'>{e(str(br.get('reason')))}</div>"
                        + (f"<div class='hint'>{e(suggestion)}</div>" if suggestion else "")
                        + _source_context(br.get("filename"), br.get("lineno")) + "</div>")
         for rc in c.of("recompile"):
@@ -176,7 +178,8 @@ def _stage_table(p: Process) -> list[str]:
                    f"<td class='num'>{100 * t / whole:.1f}%</td></tr>"
                    for name, t in sorted(totals.items(), key=lambda kv: -kv[1]))
     return ["<h3>Compile time per stage</h3><p class='muted'>Each stage without the stages nested in it "
-            "(capture excludes its backend call; backend excludes AOT and codegen).</p>",
+            "(capture excludes its backend call; backend excludes AOT and codegen; trace is the cost of "
+            "writing this trace).</p>",
             f"<table class='stages'><tr><th>stage</th><th>ms</th><th>share</th></tr>{rows}"
             f"<tr><th>total</th><th class='num'>{whole * 1000:.1f}</th><th></th></tr></table>"]
 
@@ -194,7 +197,7 @@ def _timeline(p: Process, prefix: str) -> list[str]:
              f"xmlns='http://www.w3.org/2000/svg'>"]
     for i, cid in enumerate(cids):
         parts.append(f"<text x='0' y='{i * row + 15}'>[{html.escape(cid)}]</text>")
-    for s in p.stages:
+    for s in sorted(p.stages, key=lambda s: s.get("depth", 0)):  # outer first, nested on top
         if s["cid"] not in cids:
             continue
         i = cids.index(s["cid"])

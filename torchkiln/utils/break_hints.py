@@ -23,6 +23,9 @@ _HINTS = (
      "generators are not traced: return a list, or compile the generator's caller's tensor code instead"),
     ("dynamic size", r"symbolic size is not a constant|dynamic or missing dim",
      "a size became symbolic: mark it static (torchkiln.mark_static) or compile with dynamic=False"),
+    ("skipped function", r"call to skipped function",
+     "a function capture does not trace into (stdlib or C code): move the call out of the compiled region, "
+     "or torchkiln.allow_in_graph(fn) if it only computes on tensors"),
     ("unsupported call", r"calling .* object|constructing |inside a compiled frame|raised \w+:",
      "a call capture does not trace: torchkiln.allow_in_graph(fn) if it is tensor-only, else move it out"),
     ("unsupported bytecode", r"unsupported bytecode",
