@@ -31,7 +31,7 @@ header p{margin:4px 0 0;color:#b9c1d0}main{padding:12px 24px 40px;max-width:1300
 h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #d5d9e0;padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}
 table{border-collapse:collapse;margin:6px 0;background:#fff}td,th{border:1px solid #d5d9e0;padding:3px 8px;
-text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#eef0f4}
+text-align:left;vertical-align:top}td{overflow-wrap:anywhere}th{background:#eef0f4;white-space:nowrap}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 details{background:#fff;border:1px solid #d5d9e0;border-radius:4px;margin:6px 0;padding:2px 10px}
 details>summary{cursor:pointer;padding:4px 0;font-weight:600}details details{background:#fbfbfc}
@@ -264,7 +264,9 @@ def _compile_section(c: Compile, prefix: str) -> str:
                               + (f"<p class='hint'>{e(suggestion)}</p>" if suggestion else "")
                               + _source_context(br.get("filename"), br.get("lineno")), "graph-break"))
     for i, g in enumerate(c.of("graph")):
-        parts.append(_details(f"Captured FX graph {i} ({g.get('ops')} ops; inputs {e(', '.join(g.get('sources', [])))})",
+        sources = g.get("sources", [])
+        shown = ", ".join(sources[:4]) + (f", … ({len(sources)} inputs)" if len(sources) > 4 else "")
+        parts.append(_details(f"Captured FX graph {i} ({g.get('ops')} ops; inputs {e(shown)})",
                               _code(g.get("code", "")), "fx-graph"))
     for g in c.of("guards"):
         items = "".join(f"<li><code>{e(str(x))}</code></li>" for x in g.get("guards", []))
