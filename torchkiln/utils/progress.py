@@ -60,14 +60,19 @@ def add_kernels(count: int, done) -> None:
     _maybe_show()
 
 
+def current_stage() -> str:
+    """The stage shown now (restored by :mod:`.trace` when a nested stage ends)."""
+    return _stage
+
+
 def end_frame() -> None:
     """The top-level frame compile ended: remove the display."""
     global _frame, _live
-    _frame = None
-    _kernels.clear()
     if _live is not None:
         _live.stop()
         _live = None
+    _frame = None
+    _kernels.clear()
 
 
 def _maybe_show() -> None:

@@ -170,11 +170,13 @@ def stage(name: str):
 
 @contextlib.contextmanager
 def _stage(name):
+    outer = progress.current_stage()
     progress.set_stage(name)
     start = time.perf_counter()
     try:
         yield
     finally:
+        progress.set_stage(outer)
         if enabled:
             end = time.perf_counter()
             emit("stage", {"name": name, "start": round(start - _t0, 6), "duration_s": round(end - start, 6)})
