@@ -145,3 +145,17 @@ def test_cache_hit_is_traced(tmp_path):
     if not events:
         pytest.xfail("the cache stage emits no trace records yet (trace.emit('cache', {...}), docs/interfaces.md)")
     assert any(e.get("event") == "hit" for e in events), events
+
+
+def test_kernel_sources_are_split_out_of_the_generators_source():
+    from torchkiln.codegen.trace_records import _split_kernels
+
+    cpp = 'prelude\n\nextern "C" void kernel1(float* a) {\n  a[0] = 1;\n}\n\nextern "C" void kernel10(float* a) {\n}\n'
+    out = _split_kernels(cpp, ["kernel1", "kernel10"])
+    assert out["kernel1"].startswith('extern "C" void kernel1(') and "kernel10" not in out["kernel1"]
+    assert out["kernel10"].startswith('extern "C" void kernel10(')
+    triton = ("import triton\n\n@triton.jit\ndef kernel0_persistent(x):\n    pass\n\ndef kernel0_launch(x):\n"
+              "    kernel0_persistent[1](x)\n\n@triton.jit\ndef kernel1(x):\n    pass\n")
+    out = _split_kernels(triton, ["kernel0", "kernel1"])
+    assert out["kernel0"].startswith("@triton.jit\ndef kernel0_persistent") and "kernel0_launch" in out["kernel0"]
+    assert out["kernel1"].startswith("@triton.jit\ndef kernel1(")

@@ -53,14 +53,15 @@ def _describe(buf) -> str:
 
 
 def _split_kernels(source: str, names: list[str]) -> dict[str, str]:
-    """Each kernel's own text in a generator's source: from the line (or decorator)
-    that defines it to the next kernel's definition."""
+    """Each kernel's own text in a generator's source: from the first line (or
+    decorator) that defines it, or a function named ``<name>_<suffix>``, to the next
+    kernel's first definition."""
     if not names:
         return {}
     lines = source.splitlines()
     starts = {}
     for name in names:
-        pattern = re.compile(rf"^\S.*\b{re.escape(name)}\s*\(")
+        pattern = re.compile(rf"^\S.*\b{re.escape(name)}(_\w+)?\s*\(")  # Triton: name_persistent, name_launch...
         for i, line in enumerate(lines):
             if pattern.match(line):
                 while i > 0 and lines[i - 1].startswith("@"):
