@@ -23,6 +23,7 @@ from .capture import (
     optimize,
     reset,
 )
+from . import compiled_autograd
 
 from . import distributed as _distributed  # noqa: F401,E402  (registers DDP and collectives with capture)
 
@@ -31,5 +32,5 @@ __version__ = "0.1.0"
 __all__ = [
     "compile", "optimize", "reset", "disable", "graph_break", "allow_in_graph", "explain",
     "list_backends", "register_backend", "mark_dynamic", "mark_static", "OptimizedModule",
-    "counters", "config",
+    "counters", "config", "compiled_autograd",
 ]

@@ -184,7 +184,7 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
     grad_mode_kernels = any(n.target is torch.ops.aten.mkldnn_rnn_layer.default for n in fw_gm.graph.nodes)
     fn_cls = make_autograd_function(fw_compiled, get_bw, meta, len(saved) - num_saved_syms, num_fw_outs,
                                     forward_in_grad_mode=grad_mode_kernels,
-                                    broadcast_ok=broadcast_positions(bw_gm))
+                                    broadcast_ok=broadcast_positions(bw_gm), bw_module=bw_gm)
     returned = list(meta.mutated_inputs)
 
     def autograd_runtime(*args):

@@ -49,7 +49,7 @@ class _NoDoubleBackward(torch.autograd.Function):
 
 def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], meta: ViewAndMutationMeta,
                            num_saved_tensors: int, num_fw_outs: int, forward_in_grad_mode: bool = False,
-                           broadcast_ok: frozenset = frozenset()):
+                           broadcast_ok: frozenset = frozenset(), bw_module: torch.fx.GraphModule | None = None):
     """The ``autograd.Function`` class for one compiled forward/backward pair.
 
     ``forward(ctx, *args)`` takes the graph inputs (tensors and SymInts) and returns the
@@ -61,6 +61,8 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
     only positions in ``broadcast_ok`` are passed that way, the others are made
     contiguous.  ``forward_in_grad_mode``: run the forward graph on detached inputs with grad mode on, for kernels that only
     produce what their backward needs when it is (oneDNN RNN layers' workspace).
+    ``bw_module``: the backward ATen graph; compiled autograd traces it into the graph of
+    the whole backward (``_torchkiln_trace_backward``) instead of calling the compiled one.
     """
     diff_mask = meta.fw_output_differentiable()
     mutated_data = [i for i in meta.mutated_inputs if meta.inputs[i].mutates_data]
@@ -114,6 +116,21 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
                 grads = call_compiled(bw_fn, args)
             grads = list(grads)
             return tuple(grads) + (None,) * (ctx.num_args - len(grads))
+
+        @staticmethod
+        def _compiled_autograd_key(ctx):
+            # The saved SymInts are baked into a compiled-autograd capture: part of its key.
+            return (ctx._autograd_function_id, *(int(s) for s in ctx.saved_syms))
+
+        if bw_module is not None:
+            @staticmethod
+            def _torchkiln_trace_backward(ctx, saved_tensors, grad_outs):
+                tangents = []
+                grads_in = (g for g, d in zip(grad_outs, diff_mask) if d)
+                for g, (shape, dtype, device) in zip(grads_in, ctx.tangent_meta):
+                    tangents.append(torch.zeros(shape, dtype=dtype, device=device) if g is None else g.contiguous())
+                grads = list(bw_module(*ctx.saved_syms, *saved_tensors, *tangents))
+                return tuple(grads) + (None,) * (ctx.num_args - len(grads))
 
     return CompiledFunction
 

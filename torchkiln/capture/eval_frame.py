@@ -89,6 +89,16 @@ def frame_cache_for(fn: types.FunctionType) -> FrameCache:
     return fc
 
 
+_compiled_autograd_hook: Callable | None = None
+
+
+def register_compiled_autograd(hook: Callable) -> None:
+    """``hook(context)`` -> a context manager that every call of a function compiled while
+    ``config.compiled_autograd`` was True runs inside (compiled_autograd registers it)."""
+    global _compiled_autograd_hook
+    _compiled_autograd_hook = hook
+
+
 def register_reset_hook(hook: Callable[[], None]) -> Callable[[], None]:
     """Have :func:`reset` call ``hook()`` (later stages drop their in-memory caches)."""
     _reset_hooks.append(hook)
@@ -169,6 +179,7 @@ class CompileContext:
         self.fullgraph = fullgraph
         self.dynamic = dynamic
         self.guard_fail_fn = guard_fail_fn
+        self.compiled_autograd = config.compiled_autograd  # read at compile() time, as torch's
         self.on_entry: Callable | None = None  # explain() collects entries here
         key_parts = (id(compiler_fn), repr(sorted(kwargs.items())), fullgraph, dynamic)
         self.key = _context_keys.setdefault(key_parts, (object(), compiler_fn))[0]
@@ -301,11 +312,22 @@ def _make_wrapper(fn: types.FunctionType, ctx: CompileContext) -> Callable:
             return run(f_locals)
         return _on_miss(fc, ctx, fn, args, kwargs, f_locals)
 
+    if ctx.compiled_autograd and _compiled_autograd_hook is not None:
+        compiled = _with_compiled_autograd(compiled, _compiled_autograd_hook(ctx))
     functools.update_wrapper(compiled, fn)
     compiled._torchkiln_compiled_orig = fn
     compiled._torchkiln_orig_callable = fn
     compiled._torchkiln_context = ctx
     return compiled
+
+
+def _with_compiled_autograd(compiled: Callable, enable: Callable) -> Callable:
+    """Every call of ``compiled`` (and each backward inside it) runs under compiled autograd."""
+    def compiled_with_autograd(*args, **kwargs):
+        with enable():
+            return compiled(*args, **kwargs)
+
+    return compiled_with_autograd
 
 
 def _lookup_skipping_broken_guards(hot: list, key: object, f_locals: dict):

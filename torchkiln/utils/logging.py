@@ -1,9 +1,10 @@
 """``TORCHKILN_LOGS``: comma-separated artifacts printed on demand.
 
 Artifacts: graph_code, graph_breaks, guards, recompiles, aot_graphs, output_code,
-perf_hints, ddp_graphs (the DDP bucket split of a graph).  ``TORCHKILN_LOGS=+all``
-(or ``all``) turns every one on.  Each artifact is a standard ``logging`` logger
-named ``torchkiln.<artifact>``, so normal logging configuration works too.
+perf_hints, ddp_graphs (the DDP bucket split of a graph), compiled_autograd,
+compiled_autograd_verbose.  ``TORCHKILN_LOGS=+all`` (or ``all``) turns every one on.
+Each artifact is a standard ``logging`` logger named ``torchkiln.<artifact>``, so
+normal logging configuration works too.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import os
 import sys
 
 ARTIFACTS = ("graph_code", "graph_breaks", "guards", "recompiles", "aot_graphs", "output_code", "perf_hints",
-             "ddp_graphs")
+             "ddp_graphs", "compiled_autograd", "compiled_autograd_verbose")
 
 
 def _enabled_from_env() -> set[str]:

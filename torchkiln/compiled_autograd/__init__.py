@@ -1,0 +1,103 @@
+"""Compiled autograd: the whole backward pass captured as one FX graph and compiled.
+
+Mirrors ``torch._dynamo.compiled_autograd``:
+
+* ``enable(compiler_fn)``: a context manager; every ``.backward()`` and
+  ``torch.autograd.grad()`` inside runs through the autograd engine's compiled path.
+  On the first backward of an autograd graph (keyed by node types, saved-tensor
+  metadata, sizes, hooks) the engine's nodes are captured into one graph
+  (``tracer.py``) and ``compiler_fn(gm)`` compiles it (e.g.
+  ``lambda gm: torchkiln.compile(gm, backend="inductor", fullgraph=True, dynamic=True)``);
+  the next backward of the same structure is a cache lookup.  A size that changes
+  costs one recapture with that size symbolic.
+  ``counters["compiled_autograd"]["captures"]`` counts captures.
+* ``reset()``: drop the engine's cache and turn compiled autograd off.
+* ``torchkiln.config.compiled_autograd = True`` at ``torchkiln.compile`` time: every call
+  of the compiled function runs inside ``enable`` with a compiler_fn of the same backend.
+
+Not supported (raise as torch's do): ``create_graph=True`` (double backward), anomaly
+mode.  Multithreaded autograd is turned off inside ``enable``.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Callable
+
+import torch
+
+from ..capture import compile as _compile
+from ..capture.eval_frame import register_compiled_autograd, register_reset_hook
+from ..config import config
+from . import logs, protocol, state
+from .tracer import AutogradCapture, reset_capture_ids
+
+__all__ = ["enable", "disable", "reset", "compiler_fn_for_backend"]
+
+
+@contextlib.contextmanager
+def enable(compiler_fn: Callable, dynamic: bool = True):
+    """Run every backward inside through compiled autograd with ``compiler_fn(gm) -> callable``."""
+    protocol.check_engine()
+    prior = protocol.set_compiler(functools.partial(AutogradCapture, compiler_fn), bool(dynamic))
+    verbose = logs.verbose_enabled()
+    if verbose:
+        protocol.set_verbose_logger(logs.EngineLogger())
+    state.enabled_depth += 1
+    try:
+        with torch.autograd.set_multithreading_enabled(False):
+            yield
+    finally:
+        state.enabled_depth -= 1
+        if verbose:
+            protocol.set_verbose_logger(None)
+        protocol.set_compiler(*prior)
+
+
+@contextlib.contextmanager
+def disable():
+    """Backwards inside run on the eager engine, also within ``enable``."""
+    prior = protocol.set_compiler(None, False)
+    try:
+        yield
+    finally:
+        protocol.set_compiler(*prior)
+
+
+def reset() -> None:
+    """Back to a new process's state: compiler off, engine cache empty, capture ids from 0."""
+    if state.in_graph:
+        raise AssertionError("compiled_autograd.reset() called while a compiled backward runs")
+    protocol.set_compiler(None, False)
+    protocol.set_verbose_logger(None)
+    protocol.clear_cache()
+    reset_capture_ids()
+
+
+def _clear_cache() -> None:
+    """``torchkiln.reset()``'s part: the engine's cache (an active ``enable`` stays on)."""
+    if not state.in_graph:
+        protocol.clear_cache()
+        reset_capture_ids()
+
+
+def compiler_fn_for_backend(backend, *, fullgraph: bool = False, dynamic: bool | None = True) -> Callable:
+    """``compiler_fn`` compiling the captured backward with ``torchkiln.compile(backend=...)``."""
+    def compiler_fn(gm):
+        with config.patch(compiled_autograd=False):  # the backward graph has no backward inside
+            return _compile(gm, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
+
+    return compiler_fn
+
+
+def _enable_for(context) -> Callable:
+    """The hook ``config.compiled_autograd`` installs in compiled functions: the backward
+    is compiled with the forward's backend; sizes start static unless ``dynamic=True``."""
+    backend, fullgraph, dynamic = context._args[:3]
+    compiler_fn = compiler_fn_for_backend(backend, fullgraph=fullgraph, dynamic=dynamic)
+    engine_dynamic = bool(dynamic) if dynamic is not None else not config.assume_static_by_default
+    return functools.partial(enable, compiler_fn, engine_dynamic)
+
+
+register_compiled_autograd(_enable_for)
+register_reset_hook(_clear_cache)

@@ -1,0 +1,81 @@
+"""The engine boundary: ``torch._C._dynamo.compiled_autograd``, the C++ autograd engine's
+capture protocol (the one part of ``torch._C._dynamo`` torchkiln may use; DESIGN.md).
+
+``set_autograd_compiler(factory, dynamic)`` makes every backward run through the
+engine's compiled path: it builds a cache key from the autograd graph and on a miss
+calls ``factory()`` for a compiler object (:class:`~.tracer.AutogradCapture`) and drives
+it; ``clear_cache()`` drops the engine's cache; ``set_verbose_logger(logger)`` makes it
+report why a key missed.  The protocol is private and changes between torch minor
+versions; what torchkiln relies on is pinned below and checked at import
+(:func:`check_engine`).
+
+=========================  ==========================================  ==========================================
+engine -> compiler         torch 2.13 (CPU machine)                    torch 2.11 (GPU machines)
+=========================  ==========================================  ==========================================
+set_autograd_compiler      (factory, dynamic) -> (prior, prior_dyn)    same
+begin_capture              (inputs, sizes, scalars, origins,           same arguments and result
+                           accumulate_grad, check_nans)
+                           -> (compile_id, inputs, sizes, scalars)
+bind_function              (name, fn, is_custom_function,              same
+                           is_traceable) -> name
+apply_functional           (name, grads, args, output_metadata)        same
+validate_outputs           (_, outputs, args, output_metadata)         same
+proxy_call_backward        (inputs, output_metadatas, saved_tensors,   same (7 arguments)
+                           backward_idx, ctx, backward_state_idx,
+                           opaque_object_indices)
+accumulate_grad            (variable, variable_grad, grad,             (variable, grad, has_post_hooks):
+                           has_post_hooks) -> grad                     3 arguments, result ignored
+hooks                      tensor_pre_hook(inputs, id, i),             same
+                           cpp_tensor_pre_hook, pre_hook(inputs, id),
+                           post_hook(outputs, inputs, id),
+                           post_acc_grad_hook(input, id),
+                           unpack_hook(hook_id, data_id)
+end_capture                (outputs) -> (runtime_wrapper, compiled)    same
+runtime_wrapper            (compiled, inputs, sizes, scalars, hooks,   same
+                           packed_data) -> outputs list
+set_verbose_logger         logger (``.debug``'ed ... see logs.py)      same
+=========================  ==========================================  ==========================================
+
+Versions outside the table are refused at :func:`check_engine` with a clear error
+(``enable`` raises), rather than risking a protocol mismatch inside the engine.
+"""
+from __future__ import annotations
+
+import torch
+
+SUPPORTED = {(2, 11), (2, 12), (2, 13)}
+REQUIRED = ("set_autograd_compiler", "clear_cache", "set_verbose_logger", "call_cpp_tensor_pre_hooks")
+
+
+def torch_version() -> tuple[int, int]:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+def engine():
+    """The engine's capture-protocol module (``torch._C._dynamo.compiled_autograd``)."""
+    return torch._C._dynamo.compiled_autograd
+
+
+def check_engine() -> None:
+    """Raise ``RuntimeError`` when this torch's protocol is not one torchkiln pins."""
+    version = torch_version()
+    if version not in SUPPORTED:
+        raise RuntimeError(f"torchkiln compiled autograd supports torch {sorted(SUPPORTED)}, not {version}")
+    module = engine()
+    missing = [name for name in REQUIRED if not hasattr(module, name)]
+    if missing:
+        raise RuntimeError(f"torch {torch.__version__}: the autograd engine lacks {missing}")
+
+
+def set_compiler(factory, dynamic: bool):
+    """Install ``factory`` (or ``None``); returns the prior ``(factory, dynamic)``."""
+    return engine().set_autograd_compiler(factory, dynamic)
+
+
+def set_verbose_logger(logger) -> None:
+    engine().set_verbose_logger(logger)
+
+
+def clear_cache() -> None:
+    engine().clear_cache()

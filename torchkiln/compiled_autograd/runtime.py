@@ -1,0 +1,163 @@
+"""What a captured backward calls at runtime.
+
+* ``call_hook(hook, *args, hook_type=)``: a hook node of the graph; a hook that returns
+  ``None`` leaves its argument unchanged (as eager's engine does).
+* ``call_backward(ctx, saved_tensors, *grads)``: a custom ``autograd.Function.backward``
+  that could not be traced, called as eager calls it.
+* :class:`CompiledBackward`: the wrapper the engine caches with the compiled graph; it
+  turns the engine's arguments into the graph's, runs it, and then does eager's
+  ``AccumulateGrad`` for every leaf: assign ``.grad`` when it is ``None`` (a graph
+  output the caller could also see is cloned, strides follow the leaf's), add in
+  place otherwise; then the leaf's post-accumulate-grad hooks.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import warnings
+
+import torch
+
+from ..exc import Unsupported
+from . import state
+
+
+def call_hook(hook: Callable, *args: Any, hook_type: str) -> Any:
+    """Run one hook; ``None`` means "unchanged" (returns the first argument)."""
+    result = hook(*args)
+    return args[0] if result is None else result
+
+
+def call_backward(ctx, saved_tensors: Sequence[torch.Tensor], *grads: Any) -> tuple:
+    """Call a custom Function's backward eagerly (its ``ctx`` is the real one).  Capture
+    does not inline it (a graph break): the backward's Python runs as eager runs it."""
+    result = ctx._forward_cls.backward(ctx, *grads)
+    return result if isinstance(result, tuple) else (result,)
+
+
+call_backward._torchkiln_disable = True
+
+
+def call_cpp_tensor_pre_hooks(hook_id: int, grad: torch.Tensor) -> torch.Tensor:
+    """C++ tensor pre-hooks (e.g. ``retain_grad``'s), run through the engine's entry point."""
+    from .protocol import engine
+
+    return engine().call_cpp_tensor_pre_hooks(hook_id, grad)
+
+
+def unwrap_size(x) -> int:
+    """A size passed as a ``(0, n)`` tensor (so it stays symbolic when compiled) -> ``n``."""
+    if isinstance(x, torch.Tensor):
+        return x.size(1)
+    return x
+
+
+def wrap_size(n: int):
+    return torch.empty(0, n) if n > 0 else n
+
+
+def clone_like(x: torch.Tensor) -> torch.Tensor:
+    """A tensor with ``x``'s metadata (for a hook's result: hooks keep shapes)."""
+    return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=x.device, layout=x.layout)
+
+
+def copy_slices_prologue(inputs, base_sizes, base_strides, base_storage_offset,
+                         view_sizes, view_strides, view_storage_offset):
+    """First half of eager's ``CopySlices`` (in-place op on a view): the grad of the base."""
+    grad = inputs[0]
+    result = grad.new_empty_strided(base_sizes, base_strides)
+    result.copy_(grad)
+    grad_slice = result.as_strided(view_sizes, view_strides, view_storage_offset - base_storage_offset)
+    return [result, grad_slice, grad_slice.clone(memory_format=torch.contiguous_format)]
+
+
+def copy_slices_epilogue(needs_input_grad, result, res, grad_slice):
+    """Second half of ``CopySlices``: write the view's grad into the base's grad."""
+    grad_inputs = [None] * len(needs_input_grad)
+    for i, needed in enumerate(needs_input_grad):
+        if needed and res[i] is not None:
+            if i == 0:
+                grad_slice.copy_(res[i])
+                grad_inputs[i] = result
+            else:
+                grad_inputs[i] = res[i]
+    return grad_inputs
+
+
+@dataclasses.dataclass
+class AccumulateRecord:
+    """One ``AccumulateGrad`` of the captured backward: the leaf is ``inputs[input_index]``."""
+
+    input_index: int
+    grad: Any = None
+    post_hooks: tuple = ()
+    origin: str = ""
+
+    def finish(self, post_hooks: list[int]) -> "AccumulateRecord":
+        return AccumulateRecord(self.input_index, None, tuple(post_hooks), self.origin)
+
+
+def accumulate_into(leaf: torch.Tensor, new: torch.Tensor, inputs: Sequence) -> None:
+    """Eager's ``AccumulateGrad`` with grad mode off (compiled autograd has no create_graph)."""
+    old = leaf.grad
+    if old is None:
+        if new.layout == torch.strided and (new.stride() != leaf.stride() or _aliases_input(new, inputs)):
+            grad = torch.empty_strided(leaf.size(), leaf.stride(), dtype=new.dtype, device=new.device)
+            grad.copy_(new)
+            new = grad
+        leaf.grad = new.detach()
+    elif old.is_sparse and not new.is_sparse:
+        leaf.grad = new + old
+    else:
+        old += new
+
+
+def _aliases_input(t: torch.Tensor, inputs: Sequence) -> bool:
+    if t._is_view():
+        return True
+    return any(t is x for x in inputs)
+
+
+class CompiledBackward:
+    """``runtime_wrapper(compiled_fn, inputs, sizes, scalars, hooks, packed_data)``.
+
+    Returns the ``torch.autograd.grad`` outputs (a list); leaf gradients are written
+    into ``.grad`` here.
+    """
+
+    def __init__(self, num_outputs: int, accumulates: list[AccumulateRecord], used_sizes: list[int],
+                 capture_id: int, graph: torch.fx.GraphModule) -> None:
+        self.num_outputs = num_outputs
+        self.accumulates = accumulates
+        self.used_sizes = used_sizes
+        self.capture_id = capture_id
+        self.graph = graph
+        self.fallback = False
+
+    def __call__(self, compiled_fn, inputs, sizes, scalars, hooks, packed_data=()):
+        sizes = [wrap_size(sizes[i]) for i in self.used_sizes]
+        with state.running_graph():
+            outs = self._run(compiled_fn, inputs, sizes, scalars, hooks, packed_data)
+        outs = list(outs)
+        results = outs[:self.num_outputs]
+        if self.accumulates:
+            with torch.no_grad():
+                for rec, grad in zip(self.accumulates, outs[self.num_outputs:]):
+                    leaf = inputs[rec.input_index]
+                    accumulate_into(leaf, grad, inputs)
+                    for hook_id in rec.post_hooks:
+                        if hooks[hook_id](leaf) is not None:
+                            raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+        return results
+
+    def _run(self, compiled_fn, *args):
+        if self.fallback:
+            return self.graph(*args)
+        try:
+            return compiled_fn(*args)
+        except Unsupported as e:  # raised while capturing, before any of the graph ran
+            warnings.warn(f"compiled autograd: compiling backward graph {self.capture_id} failed ({e}); "
+                          "running it uncompiled")
+            self.fallback = True
+            return self.graph(*args)

@@ -1,0 +1,18 @@
+"""Process state of compiled autograd: whether the engine has our compiler, and whether
+a captured graph is running (``reset()`` may not run then)."""
+from __future__ import annotations
+
+import contextlib
+
+enabled_depth = 0
+in_graph = False
+
+
+@contextlib.contextmanager
+def running_graph():
+    global in_graph
+    prior, in_graph = in_graph, True
+    try:
+        yield
+    finally:
+        in_graph = prior

@@ -1,0 +1,453 @@
+"""The compiler object the autograd engine drives while it captures one backward.
+
+The C++ engine (``torch._C._dynamo.compiled_autograd``, see ``protocol.py``) walks the
+autograd graph, builds a cache key from every node (type, saved-tensor metadata,
+sizes, hooks) and, on a miss, calls a fresh :class:`AutogradCapture`:
+``begin_capture`` with the lifted inputs (grad outputs, saved tensors, leaves), then one
+callback per node in the engine's execution order, then ``end_capture``.  Each
+callback records into one FX graph:
+
+* ATen backward formulas (``apply_functional``, ``validate_outputs``, ``accumulate``)
+  are run on fake tensors under a ``ProxyTorchDispatchMode``, so the graph holds the
+  ATen ops themselves (``aten.mul.Tensor``, ``aten.mm.default``...).
+* Python ``autograd.Function.backward`` is traced the same way with ``ctx.saved_tensors``
+  bound to the lifted saved tensors; torchkiln's own compiled Functions contribute their
+  backward ATen graph.  A backward that cannot be traced (data-dependent control flow,
+  an opaque kernel) becomes one ``call_backward`` node run at runtime.
+* Hooks (tensor pre-hooks, node pre/post hooks, saved-tensor unpack hooks) become
+  ``call_hook(hooks[i], ...)`` nodes: the hook runs at runtime (or is inlined by capture
+  when the graph is compiled), never at capture time.
+* ``accumulate_grad`` records the leaf and its gradient; the graph returns the
+  gradient and :class:`~torchkiln.compiled_autograd.runtime.CompiledBackward` assigns or
+  accumulates it into ``.grad`` as eager's ``AccumulateGrad`` does, then runs the
+  post-accumulate-grad hooks.
+
+Graph signature: ``forward(inputs, sizes, scalars, hooks, packed_data)``: ``inputs`` the
+lifted tensors, ``sizes`` the sizes that changed between calls (each passed as a
+``(0, n)``-shaped tensor so that a compiler with ``dynamic=True`` keeps ``n`` symbolic),
+``scalars`` lifted ints/floats, ``hooks`` hook callables and ``ctx`` objects,
+``packed_data`` the packed saved tensors of saved-tensor hooks.  It returns
+``[*autograd.grad outputs, *leaf gradients]``.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import operator
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.utils._pytree as pytree
+from torch.fx.experimental.proxy_tensor import (
+    ProxyTorchDispatchMode,
+    PythonKeyTracer,
+    disable_autocast_cache,
+    disable_proxy_modes_tracing,
+    fetch_object_proxy,
+    track_tensor_tree,
+)
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from ..utils.counters import counters
+from . import logs, runtime
+from .runtime import AccumulateRecord, call_backward, call_hook
+
+PLACEHOLDERS = ("inputs", "sizes", "scalars", "hooks", "packed_data")
+_capture_ids = itertools.count()
+# Functional backward formulas the engine binds by name, once per process (it remembers
+# the names it bound): name -> (fn(grads, *args) -> grads, traceable).
+_functions: dict[str, tuple[Callable, bool]] = {}
+
+
+def reset_capture_ids() -> None:
+    global _capture_ids
+    _capture_ids = itertools.count()
+
+
+class _Source(torch._guards.Source):
+    """Names a lifted value (``inputs[3]``) for ShapeEnv's symbols."""
+
+    def __init__(self, text: str) -> None:
+        object.__setattr__(self, "_text", text)
+
+    @property
+    def name(self):
+        return _CallableStr(self._text)  # torch 2.13 reads ``.name``; 2.11 calls ``.name()``
+
+    def guard_source(self):
+        return torch._guards.GuardSource.LOCAL
+
+    def reconstruct(self, codegen):
+        raise NotImplementedError
+
+    def __hash__(self):
+        return hash(self._text)
+
+    def __eq__(self, other):
+        return isinstance(other, _Source) and other._text == self._text
+
+
+class _CallableStr(str):
+    def __call__(self):
+        return str(self)
+
+
+class _Untraceable(Exception):
+    pass
+
+
+class _TracingCtx:
+    """``ctx`` of a custom Function while its backward is traced: ``saved_tensors`` are
+    the lifted (fake) saved tensors.  Of the real ctx only what the engine's cache key
+    covers may be read (``needs_input_grad``...); any other attribute (``ctx.shape``, a
+    stashed tensor) could differ on the next backward with the same key, so reading it
+    makes the backward a runtime call instead (``call_backward``)."""
+
+    KEYED = frozenset({"needs_input_grad", "materialize_grads", "_forward_cls", "_autograd_function_id"})
+
+    def __init__(self, real, saved_tensors) -> None:
+        object.__setattr__(self, "_real", real)
+        object.__setattr__(self, "saved_tensors", tuple(saved_tensors))
+
+    @property
+    def saved_variables(self):
+        return self.saved_tensors
+
+    def __getattr__(self, name):
+        if name not in _TracingCtx.KEYED:
+            raise _Untraceable(f"backward reads ctx.{name}")
+        return getattr(object.__getattribute__(self, "_real"), name)
+
+    def __setattr__(self, name, value):
+        raise RuntimeError("compiled autograd: a traced backward may not set attributes on ctx")
+
+
+class AutogradCapture:
+    """One capture of one backward; the engine creates it on a cache miss.
+
+    Method names and signatures are those the engine calls (``protocol.py`` pins them
+    per torch version).  ``compiler_fn(gm)`` turns the finished graph into the callable
+    the engine caches.
+    """
+
+    def __init__(self, compiler_fn: Callable) -> None:
+        self.compiler_fn = compiler_fn
+        self.stack = contextlib.ExitStack()
+        self.shape_env = ShapeEnv()
+        self.fake_mode = FakeTensorMode(allow_fallback_kernels=True, allow_non_fake_inputs=True,
+                                        shape_env=self.shape_env)
+        self.tracer = PythonKeyTracer()
+        self.proxy_mode = ProxyTorchDispatchMode(self.tracer, "symbolic")
+        self.accumulates: list[AccumulateRecord] = []
+        self.post_acc_hooks: dict[int, list[int]] = {}
+        self.input_index: dict[int, int] = {}
+        self.symnode_proxies: dict = {}
+        self.origin = ""
+        self.node_names: list[str] = []
+
+    # ---- begin / end -------------------------------------------------------
+    def begin_capture(self, inputs: list, sizes: list, scalars: list, origins: list,
+                      accumulate_grad: bool, check_nans: bool):
+        if check_nans:
+            raise RuntimeError("torchkiln compiled autograd does not support anomaly mode (check_nan)")
+        counters["compiled_autograd"]["captures"] += 1
+        self.id = next(_capture_ids)
+        self.accumulates_into_leaves = accumulate_grad
+        self.tracer.root = torch.nn.Module()
+        self.tracer.graph = torch.fx.Graph(tracer_cls=PythonKeyTracer)
+        self.tracer.tensor_attrs = {}
+        p_inputs, p_sizes, p_scalars, self.p_hooks, self.p_packed = (
+            self.tracer.create_proxy("placeholder", name, (), {}) for name in PLACEHOLDERS)
+        inputs_origins, sizes_origins, scalars_origins = origins
+        self.inputs_origins = inputs_origins
+        for i, x in enumerate(inputs):
+            inputs[i] = self._fake(x, f"inputs[{i}]")
+            self.input_index[id(inputs[i])] = i
+        self._bind(inputs, [p_inputs[i] for i in range(len(inputs))])
+        sym_sizes = []
+        for i, n in enumerate(sizes):
+            s = self.shape_env.create_unspecified_symint_and_symbol(n, _Source(f"sizes[{i}]"), DimDynamic.DYNAMIC)
+            proxy = self.tracer.create_proxy("call_function", runtime.unwrap_size, (p_sizes[i],), {})
+            sym_sizes.append(s)
+            if isinstance(s, torch.SymInt):
+                self.symnode_proxies[s.node] = proxy
+                self._bind([s], [proxy])
+        for i, v in enumerate(scalars):
+            src = _Source(f"scalars[{i}]")
+            if isinstance(v, int):
+                scalars[i] = self.shape_env.create_unspecified_symint_and_symbol(v, src, DimDynamic.DYNAMIC)
+            elif isinstance(v, float):
+                scalars[i] = self.shape_env.create_symfloatnode(
+                    self.shape_env.create_unspecified_symbol(v, source=src, dynamic_dim=DimDynamic.DYNAMIC),
+                    hint=v, source=src)
+            else:
+                raise AssertionError(f"unexpected lifted scalar {type(v)}")
+            proxy = p_scalars[i]
+            if isinstance(scalars[i], (torch.SymInt, torch.SymFloat)):
+                self.symnode_proxies[scalars[i].node] = proxy
+                self._bind([scalars[i]], [proxy])
+        self.stack.enter_context(self.fake_mode)
+        self.stack.enter_context(self.proxy_mode)
+        self.stack.enter_context(disable_autocast_cache())
+        self.stack.enter_context(torch.fx.experimental.symbolic_shapes._suppress_guards(self.shape_env))
+        return str(self.id), inputs, sym_sizes, scalars
+
+    def end_capture(self, outputs):
+        self.set_node_origin("", -1, None)
+        self.stack.close()
+        results = [self.to_proxy(o) for o in outputs]
+        acc_grads = [self.to_proxy(rec.grad) for rec in self.accumulates]
+        self.tracer.create_node("output", "output", (self.tracer.create_arg(results + acc_grads),), {})
+        for node in self.tracer.graph.nodes:
+            for field in ("tensor_meta", "example_value", "val"):
+                node.meta.pop(field, None)
+        self._dce()
+        used_sizes = self._remove_unused_sizes()
+        gm = torch.fx.GraphModule(self.tracer.root, self.tracer.graph, f"CompiledAutograd{self.id}")
+        records = [rec.finish(self.post_acc_hooks.get(rec.input_index, [])) for rec in self.accumulates]
+        logs.log_graph(gm, self.id, records)
+        wrapper = runtime.CompiledBackward(len(results), records, used_sizes, self.id, gm)
+        counters["compiled_autograd"]["graphs"] += 1
+        return wrapper, self.compiler_fn(gm)
+
+    def close(self) -> None:
+        self.stack.close()
+
+    def log_compile_reasons(self, reasons) -> None:
+        logs.verbose("compile reasons: %s", reasons)
+
+    # ---- node callbacks ----------------------------------------------------
+    def set_node_origin(self, node_name: str, nodecall_index: int, pyobj) -> None:
+        self._tag_new_nodes()
+        if pyobj is not None and hasattr(pyobj, "_forward_cls"):
+            node_name = getattr(pyobj._forward_cls, "_torchkiln_origin", None) or node_name
+        self.origin = f"{node_name} (NodeCall {nodecall_index})" if node_name else ""
+        if node_name:
+            self.node_names.append(self.origin)
+
+    def bind_function(self, fn_name: str, fn: Callable, is_custom_function: bool, is_traceable: bool) -> str:
+        name = fn_name
+        if is_custom_function:
+            name = f"CppNode{fn_name}{sum(k.startswith('CppNode' + fn_name) for k in _functions)}"
+        _functions[name] = (fn, is_traceable)
+        return name
+
+    def apply_functional(self, fn_name: str, grads, args, output_metadata):
+        fn, traceable = _functions[fn_name]
+        if not traceable:
+            return self._opaque(fn, (grads, *args), output_metadata)
+        return list(fn(grads, *args))
+
+    def validate_outputs(self, _, outputs, args, output_metadata):
+        fn, _traceable = _functions["validate_outputs"]
+        return list(fn(outputs, *args))
+
+    def proxy_call(self, fn, args, output_metadata):
+        return self._opaque(fn, args, output_metadata)
+
+    def accumulate(self, old_var, new_var):
+        return old_var + new_var
+
+    def accumulate_grad(self, variable, variable_grad, grad, has_post_hooks=None):
+        if has_post_hooks is None:  # extensions built against the older 3-argument call
+            grad, has_post_hooks = variable_grad, bool(grad)
+        index = self.input_index.get(id(variable))
+        if index is None:
+            raise AssertionError("compiled autograd: accumulate_grad on a tensor that is not a lifted input")
+        self.accumulates.append(AccumulateRecord(index, grad, origin=self.origin))
+        return grad
+
+    def proxy_call_backward(self, inputs, output_metadatas, saved_tensors, backward_idx, ctx,
+                            maybe_backward_state_idx=None, opaque_object_indices=()):
+        if maybe_backward_state_idx is not None or opaque_object_indices:
+            return self._opaque_backward(inputs, output_metadatas, saved_tensors, backward_idx)
+        checkpoint = self._graph_checkpoint()
+        try:
+            grads = self._trace_backward(ctx, inputs, saved_tensors)
+        except Exception:  # noqa: BLE001 - any failure to trace means: call it at runtime
+            self._rollback(checkpoint)
+            return self._opaque_backward(inputs, output_metadatas, saved_tensors, backward_idx)
+        return tuple(g if meta is not None else None for g, meta in zip(grads, output_metadatas))
+
+    def _trace_backward(self, ctx, inputs, saved_tensors):
+        cls = ctx._forward_cls
+        traced = getattr(cls, "_torchkiln_trace_backward", None)
+        if traced is not None:  # torchkiln's compiled Function: its ATen backward graph
+            grads = traced(ctx, saved_tensors, list(inputs))
+        else:
+            before = len(self.tracer.tensor_attrs)
+            grads = cls.backward(_TracingCtx(ctx, saved_tensors), *inputs)
+            if len(self.tracer.tensor_attrs) != before:
+                raise _Untraceable("backward read a tensor from outside the graph")
+        if not isinstance(grads, tuple):
+            grads = (grads,)
+        for g in grads:
+            if g is not None and not (isinstance(g, torch.Tensor) and fetch_object_proxy(self.tracer, g) is not None):
+                raise _Untraceable("backward returned a tensor the graph did not compute")
+        return grads
+
+    def _opaque_backward(self, inputs, output_metadatas, saved_tensors, backward_idx):
+        proxy = self.tracer.create_proxy("call_function", call_backward,
+                                         (self.p_hooks[backward_idx], self.to_proxy(list(saved_tensors)),
+                                          *self.to_proxy(list(inputs))), {})
+        with disable_proxy_modes_tracing():
+            outs = []
+            for meta in output_metadatas:
+                if meta is None:
+                    outs.append(None)
+                    continue
+                layout, device, dtype, size = meta
+                outs.append(torch.empty(size, dtype=dtype, layout=layout, device=device))
+        self._bind_outputs(outs, proxy)
+        return tuple(outs)
+
+    def call_copy_slices_prologue(self, inputs, base_sizes, base_strides, base_storage_offset,
+                                  view_sizes, view_strides, view_storage_offset):
+        return runtime.copy_slices_prologue(inputs, base_sizes, base_strides, base_storage_offset,
+                                            view_sizes, view_strides, view_storage_offset)
+
+    def call_copy_slices_epilogue(self, needs_input_grad, result, res, grad_slice):
+        return runtime.copy_slices_epilogue(needs_input_grad, result, res, grad_slice)
+
+    def allocate_dummy(self):
+        with disable_proxy_modes_tracing():
+            return torch.zeros([0, 123456789])
+
+    # ---- hooks: one call_hook node each; the hook runs at runtime ----------------
+    def _hook_node(self, hook_id: int, args: tuple, hook_type: str):
+        return self.tracer.create_proxy("call_function", call_hook,
+                                        (self.p_hooks[hook_id], *[self.to_proxy(a) for a in args]),
+                                        {"hook_type": hook_type})
+
+    def tensor_pre_hook(self, inputs, hook_id: int, i: int):
+        proxy = self._hook_node(hook_id, (inputs[i],), "tensor_pre_hook")
+        inputs[i] = self._like(inputs[i], proxy)
+        return inputs
+
+    def cpp_tensor_pre_hook(self, inputs, hook_id: int, i: int):
+        proxy = self.tracer.create_proxy("call_function", runtime.call_cpp_tensor_pre_hooks,
+                                         (hook_id, self.to_proxy(inputs[i])), {})
+        inputs[i] = self._like(inputs[i], proxy)
+        return inputs
+
+    def pre_hook(self, inputs, hook_id: int):
+        proxy = self._hook_node(hook_id, (list(inputs),), "pre_hook")
+        return self._like_list(inputs, proxy)
+
+    def post_hook(self, outputs, inputs, hook_id: int):
+        proxy = self._hook_node(hook_id, (list(outputs), list(inputs)), "post_hook")
+        return self._like_list(outputs, proxy)
+
+    def post_acc_grad_hook(self, input, hook_id: int):
+        index = self.input_index.get(id(input))
+        if index is None:
+            raise AssertionError("compiled autograd: post-accumulate-grad hook on a tensor that is not a lifted input")
+        self.post_acc_hooks.setdefault(index, []).append(hook_id)
+        return [input]
+
+    def unpack_hook(self, hook_id: int, data_id: int):
+        proxy = self.tracer.create_proxy("call_function", call_hook,
+                                         (self.p_hooks[hook_id], self.p_packed[data_id]),
+                                         {"hook_type": "unpack_hook"})
+        out = self.allocate_dummy()
+        self._bind([out], [proxy])
+        return out
+
+    # ---- helpers -------------------------------------------------------------
+    def _fake(self, x: torch.Tensor, name: str):
+        if not isinstance(x, torch.Tensor):
+            raise AssertionError(f"compiled autograd: lifted input {name} is a {type(x).__name__}")
+        ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * x.dim())
+        return self.fake_mode.from_tensor(x, source=_Source(name), symbolic_context=ctx)
+
+    def _like(self, x, proxy):
+        with disable_proxy_modes_tracing():
+            out = runtime.clone_like(x)
+        self._bind([out], [proxy])
+        return out
+
+    def _like_list(self, xs, proxy):
+        with disable_proxy_modes_tracing():
+            outs = [runtime.clone_like(x) if x is not None else None for x in xs]
+        self._bind_outputs(outs, proxy)
+        return outs
+
+    def _opaque(self, fn, args, output_metadata):
+        proxy = self.tracer.create_proxy("call_function", fn, pytree.tree_map(self.to_proxy, args), {})
+        outs = []
+        with disable_proxy_modes_tracing():
+            for meta in output_metadata:
+                if meta is None:
+                    outs.append(None)
+                else:
+                    layout, device, dtype, size = meta
+                    outs.append(torch.empty(size, dtype=dtype, layout=layout, device=device))
+        self._bind_outputs(outs, proxy)
+        return outs
+
+    def _bind_outputs(self, outs, proxy):
+        pairs = [(o, proxy[i]) for i, o in enumerate(outs) if o is not None]
+        if pairs:
+            self._bind([o for o, _ in pairs], [p for _, p in pairs])
+
+    def _bind(self, objects, proxies):
+        track_tensor_tree(objects, proxies, constant=None, tracer=self.tracer)
+
+    def to_proxy(self, t):
+        if t is None:
+            return None
+        if isinstance(t, list):
+            return [self.to_proxy(x) for x in t]
+        if isinstance(t, tuple):
+            return tuple(self.to_proxy(x) for x in t)
+        if isinstance(t, (torch.SymInt, torch.SymFloat)):
+            proxy = self.symnode_proxies.get(t.node)
+            if proxy is not None:
+                return proxy
+            slot = fetch_object_proxy(self.tracer, t)
+            return slot() if callable(slot) else slot
+        if not isinstance(t, torch.Tensor):
+            return t
+        return fetch_object_proxy(self.tracer, t).proxy
+
+    def _tag_new_nodes(self) -> None:
+        for node in reversed(self.tracer.graph.nodes):
+            if "ca_origin" in node.meta:
+                break
+            node.meta["ca_origin"] = self.origin
+
+    def _graph_checkpoint(self):
+        return list(self.tracer.graph.nodes)[-1]
+
+    def _rollback(self, last) -> None:
+        graph = self.tracer.graph
+        nodes = list(graph.nodes)
+        for node in reversed(nodes[nodes.index(last) + 1:]):
+            graph.erase_node(node)
+
+    def _dce(self) -> None:
+        impure = {call_hook, call_backward, runtime.call_cpp_tensor_pre_hooks}
+        keep = set()
+        for ph in self.tracer.graph.find_nodes(op="placeholder"):
+            keep.update(ph.users)
+
+        def is_impure(node):
+            return node in keep or (node.op == "call_function" and node.target in impure) or node.is_impure()
+
+        self.tracer.graph.eliminate_dead_code(is_impure)
+
+    def _remove_unused_sizes(self) -> list[int]:
+        """Drop the sizes no node reads; returns the engine's indices of those kept
+        (the runtime passes only them, renumbered in order)."""
+        sizes = next(n for n in self.tracer.graph.find_nodes(op="placeholder") if n.target == "sizes")
+        used = []
+        for getitem in list(sizes.users):
+            if any(user.users for user in getitem.users):
+                used.append(getitem.args[1])
+                getitem.args = (sizes, len(used) - 1)
+            else:
+                for user in list(getitem.users):
+                    self.tracer.graph.erase_node(user)
+                self.tracer.graph.erase_node(getitem)
+        return used
