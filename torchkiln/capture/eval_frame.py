@@ -18,6 +18,7 @@ it; automatic dynamic recompiles with the dims whose sizes changed made symbolic
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import inspect
 import re
@@ -90,13 +91,16 @@ def frame_cache_for(fn: types.FunctionType) -> FrameCache:
 
 
 _compiled_autograd_hook: Callable | None = None
+_compiled_autograd_off: Callable = contextlib.nullcontext
 
 
-def register_compiled_autograd(hook: Callable) -> None:
-    """``hook(context)`` -> a context manager that every call of a function compiled while
-    ``config.compiled_autograd`` was True runs inside (compiled_autograd registers it)."""
-    global _compiled_autograd_hook
-    _compiled_autograd_hook = hook
+def register_compiled_autograd(hook: Callable, off: Callable) -> None:
+    """``hook(context)`` -> a context manager factory that every call of a function compiled
+    while ``config.compiled_autograd`` was True runs inside; ``off()`` a context manager
+    under which captures and compiles run (their autograd calls stay eager).
+    compiled_autograd registers both."""
+    global _compiled_autograd_hook, _compiled_autograd_off
+    _compiled_autograd_hook, _compiled_autograd_off = hook, off
 
 
 def register_reset_hook(hook: Callable[[], None]) -> Callable[[], None]:
@@ -205,8 +209,10 @@ class CompileContext:
         """The compiled wrapper of a callable (the ``compile_wrapper`` given to capture)."""
         if isinstance(fn, types.MethodType):
             return types.MethodType(self.wrap(fn.__func__), fn.__self__)
-        if getattr(fn, "_torchkiln_disable", False):
-            return fn  # disable wins, as torch's DisableContext does
+        if getattr(fn, "_torchkiln_disable", False):  # disable wins, as torch's DisableContext does
+            if self.compiled_autograd and _compiled_autograd_hook is not None:  # but its backward is compiled
+                return _with_compiled_autograd(fn, _compiled_autograd_hook(self))
+            return fn
         fn = getattr(fn, "_torchkiln_compiled_orig", fn)  # re-wrapping a wrapper wraps its original
         if isinstance(fn, functools.partial):
             return functools.partial(self.wrap(fn.func), *fn.args, **fn.keywords)
@@ -396,8 +402,9 @@ def _on_miss(fc: FrameCache, ctx: CompileContext, fn: types.FunctionType, args: 
     with trace.frame(code):
         if trace.enabled and previous is not None:
             trace.emit("recompile", _recompile_record(previous, f_locals, reason))
-        entry = convert_frame(fn, args, kwargs, backend=ctx.backend, fullgraph=ctx.fullgraph, dynamic=policy,
-                              compile_wrapper=ctx.wrap)
+        with _compiled_autograd_off():  # tracing the joint graph must not go through compiled autograd
+            entry = convert_frame(fn, args, kwargs, backend=ctx.backend, fullgraph=ctx.fullgraph, dynamic=policy,
+                                  compile_wrapper=ctx.wrap)
         if trace.enabled:
             trace.emit("guards", {"frame": code.co_name, "guards": list(entry.guard.code_parts)})
     fc.add(ctx.key, entry)

@@ -39,10 +39,10 @@ __all__ = ["enable", "disable", "reset", "compiler_fn_for_backend"]
 def enable(compiler_fn: Callable, dynamic: bool = True):
     """Run every backward inside through compiled autograd with ``compiler_fn(gm) -> callable``."""
     protocol.check_engine()
-    prior = protocol.set_compiler(functools.partial(AutogradCapture, compiler_fn), bool(dynamic))
-    verbose = logs.verbose_enabled()
+    verbose = logs.verbose_enabled()  # snapshot, as torch's: turning it on inside has no effect
+    prior = protocol.set_compiler(functools.partial(AutogradCapture, compiler_fn, verbose), bool(dynamic))
     if verbose:
-        protocol.set_verbose_logger(logs.EngineLogger())
+        protocol.set_verbose_logger(logs.ENGINE_LOGGER)
     state.enabled_depth += 1
     try:
         with torch.autograd.set_multithreading_enabled(False):
@@ -99,5 +99,5 @@ def _enable_for(context) -> Callable:
     return functools.partial(enable, compiler_fn, engine_dynamic)
 
 
-register_compiled_autograd(_enable_for)
+register_compiled_autograd(_enable_for, state.engine_compiler_off)
 register_reset_hook(_clear_cache)

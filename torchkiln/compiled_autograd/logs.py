@@ -31,8 +31,9 @@ def format_graph(gm: torch.fx.GraphModule, capture_id: int, accumulates=()) -> s
     return "\n".join(lines)
 
 
-def log_graph(gm: torch.fx.GraphModule, capture_id: int, accumulates=()) -> None:
-    if artifact_enabled("compiled_autograd") or artifact_enabled("compiled_autograd_verbose"):
+def log_graph(gm: torch.fx.GraphModule, capture_id: int, accumulates=(), verbose: bool = False) -> None:
+    """``verbose``: compiled_autograd_verbose was on when ``enable`` was entered."""
+    if artifact_enabled("compiled_autograd") or verbose:
         text = format_graph(gm, capture_id, accumulates)
         if artifact_enabled("compiled_autograd"):
             graph_log.debug("%s", text)
@@ -59,3 +60,7 @@ class EngineLogger:
 
     def isEnabledFor(self, level) -> bool:  # noqa: N802 - logging.Logger's name
         return True
+
+
+# The engine keeps a borrowed reference: this object must outlive every enable().
+ENGINE_LOGGER = EngineLogger()

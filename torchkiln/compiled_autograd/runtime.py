@@ -5,7 +5,8 @@
 * ``call_backward(ctx, saved_tensors, *grads)``: a custom ``autograd.Function.backward``
   that could not be traced, called as eager calls it.
 * :class:`CompiledBackward`: the wrapper the engine caches with the compiled graph; it
-  turns the engine's arguments into the graph's, runs it, and then does eager's
+  turns the engine's arguments into the graph's, runs it, runs C++ tensor pre-hooks
+  (``retain_grad``) on the gradients they saw, and then does eager's
   ``AccumulateGrad`` for every leaf: assign ``.grad`` when it is ``None`` (a graph
   output the caller could also see is cloned, strides follow the leaf's), add in
   place otherwise; then the leaf's post-accumulate-grad hooks.
@@ -20,7 +21,7 @@ import warnings
 import torch
 
 from ..exc import Unsupported
-from . import state
+from . import protocol, state
 
 
 def call_hook(hook: Callable, *args: Any, hook_type: str) -> Any:
@@ -37,13 +38,6 @@ def call_backward(ctx, saved_tensors: Sequence[torch.Tensor], *grads: Any) -> tu
 
 
 call_backward._torchkiln_disable = True
-
-
-def call_cpp_tensor_pre_hooks(hook_id: int, grad: torch.Tensor) -> torch.Tensor:
-    """C++ tensor pre-hooks (e.g. ``retain_grad``'s), run through the engine's entry point."""
-    from .protocol import engine
-
-    return engine().call_cpp_tensor_pre_hooks(hook_id, grad)
 
 
 def unwrap_size(x) -> int:
@@ -126,10 +120,11 @@ class CompiledBackward:
     into ``.grad`` here.
     """
 
-    def __init__(self, num_outputs: int, accumulates: list[AccumulateRecord], used_sizes: list[int],
-                 capture_id: int, graph: torch.fx.GraphModule) -> None:
+    def __init__(self, num_outputs: int, accumulates: list[AccumulateRecord], cpp_hooks: list[int],
+                 used_sizes: list[int], capture_id: int, graph: torch.fx.GraphModule) -> None:
         self.num_outputs = num_outputs
         self.accumulates = accumulates
+        self.cpp_hooks = cpp_hooks
         self.used_sizes = used_sizes
         self.capture_id = capture_id
         self.graph = graph
@@ -141,6 +136,10 @@ class CompiledBackward:
             outs = self._run(compiled_fn, inputs, sizes, scalars, hooks, packed_data)
         outs = list(outs)
         results = outs[:self.num_outputs]
+        if self.cpp_hooks:  # C++ tensor pre-hooks (retain_grad) on the gradients they saw
+            engine = protocol.engine()
+            for hook_id, grad in zip(self.cpp_hooks, outs[len(outs) - len(self.cpp_hooks):]):
+                engine.call_cpp_tensor_pre_hooks(hook_id, grad)
         if self.accumulates:
             with torch.no_grad():
                 for rec, grad in zip(self.accumulates, outs[self.num_outputs:]):
@@ -155,7 +154,8 @@ class CompiledBackward:
         if self.fallback:
             return self.graph(*args)
         try:
-            return compiled_fn(*args)
+            with state.engine_compiler_off():  # compiling the graph may itself use autograd
+                return compiled_fn(*args)
         except Unsupported as e:  # raised while capturing, before any of the graph ran
             warnings.warn(f"compiled autograd: compiling backward graph {self.capture_id} failed ({e}); "
                           "running it uncompiled")

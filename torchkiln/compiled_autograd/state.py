@@ -16,3 +16,15 @@ def running_graph():
         yield
     finally:
         in_graph = prior
+
+
+@contextlib.contextmanager
+def engine_compiler_off():
+    """The engine's compiler unset (backwards inside run eagerly), then restored."""
+    from .protocol import set_compiler
+
+    prior = set_compiler(None, False)
+    try:
+        yield
+    finally:
+        set_compiler(*prior)

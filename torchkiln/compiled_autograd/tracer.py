@@ -131,8 +131,10 @@ class AutogradCapture:
     the engine caches.
     """
 
-    def __init__(self, compiler_fn: Callable) -> None:
+    def __init__(self, compiler_fn: Callable, verbose: bool = False) -> None:
         self.compiler_fn = compiler_fn
+        self.verbose = verbose
+        self.deferred_cpp_hooks: list = []
         self.stack = contextlib.ExitStack()
         self.shape_env = ShapeEnv()
         self.fake_mode = FakeTensorMode(allow_fallback_kernels=True, allow_non_fake_inputs=True,
@@ -151,6 +153,9 @@ class AutogradCapture:
                       accumulate_grad: bool, check_nans: bool):
         if check_nans:
             raise RuntimeError("torchkiln compiled autograd does not support anomaly mode (check_nan)")
+        if torch.is_grad_enabled():
+            raise RuntimeError("torchkiln compiled autograd does not support create_graph=True (double backward); "
+                               "run it outside compiled_autograd.enable()")
         counters["compiled_autograd"]["captures"] += 1
         self.id = next(_capture_ids)
         self.accumulates_into_leaves = accumulate_grad
@@ -198,7 +203,8 @@ class AutogradCapture:
         self.stack.close()
         results = [self.to_proxy(o) for o in outputs]
         acc_grads = [self.to_proxy(rec.grad) for rec in self.accumulates]
-        self.tracer.create_node("output", "output", (self.tracer.create_arg(results + acc_grads),), {})
+        hook_grads = [self.to_proxy(g) for _, g in self.deferred_cpp_hooks]
+        self.tracer.create_node("output", "output", (self.tracer.create_arg(results + acc_grads + hook_grads),), {})
         for node in self.tracer.graph.nodes:
             for field in ("tensor_meta", "example_value", "val"):
                 node.meta.pop(field, None)
@@ -206,8 +212,9 @@ class AutogradCapture:
         used_sizes = self._remove_unused_sizes()
         gm = torch.fx.GraphModule(self.tracer.root, self.tracer.graph, f"CompiledAutograd{self.id}")
         records = [rec.finish(self.post_acc_hooks.get(rec.input_index, [])) for rec in self.accumulates]
-        logs.log_graph(gm, self.id, records)
-        wrapper = runtime.CompiledBackward(len(results), records, used_sizes, self.id, gm)
+        logs.log_graph(gm, self.id, records, self.verbose)
+        wrapper = runtime.CompiledBackward(len(results), records, [h for h, _ in self.deferred_cpp_hooks],
+                                           used_sizes, self.id, gm)
         counters["compiled_autograd"]["graphs"] += 1
         return wrapper, self.compiler_fn(gm)
 
@@ -326,9 +333,9 @@ class AutogradCapture:
         return inputs
 
     def cpp_tensor_pre_hook(self, inputs, hook_id: int, i: int):
-        proxy = self.tracer.create_proxy("call_function", runtime.call_cpp_tensor_pre_hooks,
-                                         (hook_id, self.to_proxy(inputs[i])), {})
-        inputs[i] = self._like(inputs[i], proxy)
+        # C++ tensor pre-hooks (retain_grad's) read the gradient and store it: the graph
+        # returns that gradient and the runtime runs the hooks on it after the graph.
+        self.deferred_cpp_hooks.append((hook_id, inputs[i]))
         return inputs
 
     def pre_hook(self, inputs, hook_id: int):
@@ -427,7 +434,7 @@ class AutogradCapture:
             graph.erase_node(node)
 
     def _dce(self) -> None:
-        impure = {call_hook, call_backward, runtime.call_cpp_tensor_pre_hooks}
+        impure = {call_hook, call_backward}
         keep = set()
         for ph in self.tracer.graph.find_nodes(op="placeholder"):
             keep.update(ph.users)
