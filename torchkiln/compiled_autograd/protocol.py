@@ -9,32 +9,39 @@ report why a key missed.  The protocol is private and changes between torch mino
 versions; what torchkiln relies on is pinned below and checked at import
 (:func:`check_engine`).
 
-=========================  ==========================================  ==========================================
-engine -> compiler         torch 2.13 (CPU machine)                    torch 2.11 (GPU machines)
-=========================  ==========================================  ==========================================
-set_autograd_compiler      (factory, dynamic) -> (prior, prior_dyn)    same
-begin_capture              (inputs, sizes, scalars, origins,           same arguments and result
-                           accumulate_grad, check_nans)
-                           -> (compile_id, inputs, sizes, scalars)
-bind_function              (name, fn, is_custom_function,              same
-                           is_traceable) -> name
-apply_functional           (name, grads, args, output_metadata)        same
-validate_outputs           (_, outputs, args, output_metadata)         same
-proxy_call_backward        (inputs, output_metadatas, saved_tensors,   same (7 arguments)
-                           backward_idx, ctx, backward_state_idx,
-                           opaque_object_indices)
-accumulate_grad            (variable, variable_grad, grad,             (variable, grad, has_post_hooks):
-                           has_post_hooks) -> grad                     3 arguments, result ignored
-hooks                      tensor_pre_hook(inputs, id, i),             same
-                           cpp_tensor_pre_hook, pre_hook(inputs, id),
-                           post_hook(outputs, inputs, id),
-                           post_acc_grad_hook(input, id),
-                           unpack_hook(hook_id, data_id)
-end_capture                (outputs) -> (runtime_wrapper, compiled)    same
-runtime_wrapper            (compiled, inputs, sizes, scalars, hooks,   same
-                           packed_data) -> outputs list
-set_verbose_logger         logger (``.debug``'ed ... see logs.py)      same
-=========================  ==========================================  ==========================================
+Verified here on 2.13 (every callback below is exercised by tests/compiled_autograd).
+The 2.11 column is what the GPU machines' engine is expected to call, not yet run there
+(the GPU check in the issue report); differences are handled where marked.
+
+======================  =============================================  ======================================
+engine -> compiler      torch 2.13                                     torch 2.11 (to verify on the GPU box)
+======================  =============================================  ======================================
+set_autograd_compiler   (factory, dynamic) -> (prior, prior_dynamic)   same
+begin_capture           (inputs, sizes, scalars, origins,              same
+                        accumulate_grad, check_nans)
+                        -> (compile_id, inputs, sizes, scalars)
+bind_function           (name, fn, is_custom_function, is_traceable)   same; names bound once per process
+apply_functional        (name, grads, args, output_metadata)           same
+validate_outputs        (_, outputs, args, output_metadata)            same
+proxy_call_backward     (inputs, output_metadatas, saved_tensors,      same
+                        backward_idx, ctx, backward_state_idx,
+                        opaque_object_indices)
+accumulate_grad         (variable, variable_grad, grad,                (variable, grad, has_post_hooks):
+                        has_post_hooks) -> grad                        handled (3-argument form)
+tensor/node hooks       tensor_pre_hook(inputs, id, i),                same
+                        cpp_tensor_pre_hook(inputs, id, i),
+                        pre_hook(inputs, id), post_hook(outputs,
+                        inputs, id), post_acc_grad_hook(input, id),
+                        unpack_hook(hook_id, data_id)
+set_node_origin         (node_name, nodecall_index, pyobj)             same
+end_capture             (outputs) -> (runtime_wrapper, compiled_fn)    same
+runtime_wrapper         (compiled_fn, inputs, sizes, scalars, hooks,   same
+                        packed_data) -> list of grad outputs
+set_verbose_logger      a logger the engine ``.debug``s (borrowed:     same
+                        kept alive by logs.ENGINE_LOGGER)
+call_cpp_tensor_pre_    (hook_id, grad), valid while the engine's      same
+hooks                   compiled call runs
+======================  =============================================  ======================================
 
 Versions outside the table are refused at :func:`check_engine` with a clear error
 (``enable`` raises), rather than risking a protocol mismatch inside the engine.
