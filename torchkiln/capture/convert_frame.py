@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from ..exc import BackendCompilerFailed, Unsupported
 from .dynamic_policy import DynamicPolicy
+from .verify import InvalidCode
 
 
 @dataclasses.dataclass
@@ -124,6 +125,11 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, backend:
         return _skip_entry(fn)
     except BackendCompilerFailed:  # raised only when config.suppress_errors is False
         raise
+    except InvalidCode as e:
+        if fullgraph:
+            raise
+        warnings.warn(f"torchkiln: code generated for {fn.__qualname__} failed verification ({e}); running it eagerly")
+        return _skip_entry(fn)
     except Exception as e:  # noqa: BLE001 - any internal failure must fall back safely
         if fullgraph:
             raise

@@ -5,6 +5,7 @@ values live on the stack (``___stack0``…, NULLs are re-pushed with PUSH_NULL) 
 live locals as parameters, pushes the stack, and jumps to the instruction after the
 break.  The original exception table is kept, so ``with``/``try`` regions around the
 resume point still work (as TorchDynamo's ``ContinueExecutionCache`` arranges).
+Every code object made here passes :func:`~.verify.verify_code` before it is used.
 Code objects are cached per (code, resume position, stack layout, live locals) so
 the frontend's per-code cache is shared across recompiles.
 """
@@ -13,6 +14,8 @@ from __future__ import annotations
 import types
 
 from bytecode import Bytecode, Instr, Label
+
+from .verify import verify_code
 
 _cache: dict[tuple, types.CodeType] = {}
 
@@ -29,7 +32,9 @@ def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ..
     cached = _cache.get(key)
     if cached is not None:
         return cached
-    bc = Bytecode.from_code(code)
+    # The stack at every instruction after the resume point is the original's, so the
+    # exception table keeps the original depths (the library's default decodes them as 0).
+    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
     items = list(bc)
     header_end = next(i for i, ins in enumerate(items) if isinstance(ins, Instr) and ins.name == "RESUME")
     header = [ins for ins in items[: header_end + 1]
@@ -58,11 +63,20 @@ def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ..
     new.cellvars = list(bc.cellvars)
     new.docstring = None
     result = new.to_code(stacksize=code.co_stacksize + len(stack_nulls) + 2, compute_exception_stack_depths=False)
+    verify_code(result, _placeholder_closure(result))  # raises InvalidCode: never run a bad object
     _cache[key] = result
     return result
 
 
+def _placeholder_closure(code: types.CodeType):
+    return tuple(types.CellType() for _ in code.co_freevars) or None
+
+
 def resume_function(fn: types.FunctionType, position: int, stack_nulls, local_names, lineno,
                     cell_names=()) -> types.FunctionType:
+    """The resume function of ``fn`` (see :func:`resume_code`), with ``fn``'s globals and
+    closure.  Raises :class:`~.verify.InvalidCode` when the code fails verification."""
     code = resume_code(fn.__code__, position, tuple(stack_nulls), tuple(local_names), lineno, tuple(cell_names))
+    if len(code.co_freevars) != len(fn.__closure__ or ()):
+        verify_code(code, fn.__closure__)  # raises: the closure does not fit
     return types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)

@@ -354,7 +354,7 @@ class InstructionTranslatorBase:
         if code.co_flags & 0x20:  # CO_GENERATOR: run to the end, collect what it yields
             sub.yielded = []
             sub.run_body()
-            return ListIteratorVariable(sub.yielded)
+            return GeneratorResultVariable(sub.yielded)
         return sub.run_body()
 
     # -- opcodes: stack and constants ------------------------------------------------------
@@ -863,6 +863,18 @@ class RealCell(VariableTracker):
             return cg.from_source(self.cell_source)
         cell = self.cell
         return lambda rt: cell
+
+
+class GeneratorResultVariable(ListIteratorVariable):
+    """What a generator yielded, run to its end while tracing.  Iterating it in the
+    graph is fine; the real generator (``send``/``throw``/``close``, a context manager's
+    ``gen``) cannot be rebuilt from the items, so reconstructing it is a graph break."""
+
+    def python_type(self):
+        return types.GeneratorType
+
+    def reconstruct(self, cg):
+        unsupported("a generator made while tracing escapes the graph")
 
 
 class LazyLocal:
