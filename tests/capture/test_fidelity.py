@@ -1,0 +1,201 @@
+"""Capture fidelity (issue 10): compiled Python never crashes and computes what eager does.
+
+Each test is a bug found by running ordinary Python (and CPython's own test suite,
+tests/cpython) under ``torchkiln.compile(backend="eager")``.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+import torchkiln
+
+
+def compiled(fn):
+    return torchkiln.compile(fn, backend="eager")
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    torchkiln.reset()
+    yield
+    torchkiln.reset()
+
+
+@contextlib.contextmanager
+def _raises(exc):
+    try:
+        yield
+    except exc:
+        pass
+
+
+def test_with_block_suppressing_an_exception():
+    """Was a segfault in the resume function: its exception table had depth 0."""
+    def f(r):
+        with _raises(AttributeError):
+            r.start = 0
+        return r.start
+
+    assert compiled(f)(range(3)) == 0
+    assert compiled(f)(range(3)) == 0
+
+
+def test_contextlib_suppress():
+    def f(d):
+        with contextlib.suppress(KeyError):
+            d["x"]
+        d["y"] = 1
+        return d
+
+    d = {}
+    assert compiled(f)(d) is d and d == {"y": 1}
+
+
+def test_sane_len():
+    """CPython's test_bool.test_sane_len: a for loop defining a class with __len__,
+    bool()/len() inside try/except (was a segfault in the resume function)."""
+    def f():
+        out = []
+        for badval in ["illegal", -1, 1 << 32]:
+            class A:
+                def __len__(self):
+                    return badval
+            try:
+                bool(A())
+            except (Exception) as e_bool:
+                try:
+                    len(A())
+                except (Exception) as e_len:
+                    out.append((str(e_bool) == str(e_len), type(e_bool).__name__))
+        return out
+
+    assert compiled(f)() == f()
+
+
+def test_graph_break_inside_with_suppressing_block():
+    def f(xs):
+        with _raises(ZeroDivisionError):
+            xs.append(1)
+            torchkiln.graph_break()
+            xs.append(1 / 0)
+        xs.append(3)
+        return xs
+
+    xs = []
+    assert compiled(f)(xs) is xs and xs == [1, 3]
+
+
+# -- side effects across graph breaks, identity ---------------------------------------------
+_G = {"n": 0}
+_counter = 0
+
+
+class _Obj:
+    pass
+
+
+def _side_effects(d, xs, s, obj, x):
+    global _counter
+    d["a"] = x + 1
+    xs.append(1)
+    obj.before = 1
+    _counter += 1
+    torchkiln.graph_break()
+    d["b"] = x + 2
+    xs.append(2)
+    s.add(3)
+    obj.after = d["a"]
+    _counter += 10
+    torchkiln.graph_break()
+    xs.append(len(d))
+    return d, xs, s, obj
+
+
+@pytest.mark.parametrize("calls", [1, 3])
+def test_side_effects_across_graph_breaks_reach_the_caller(calls):
+    import torch
+
+    global _counter
+    fn = compiled(_side_effects)
+    for _ in range(calls):  # cached calls too
+        _counter = 0
+        d, xs, s, obj = {}, [], set(), _Obj()
+        x = torch.ones(2)
+        out = fn(d, xs, s, obj, x)
+        assert out[0] is d and out[1] is xs and out[2] is s and out[3] is obj
+        assert sorted(d) == ["a", "b"] and torch.equal(d["b"], x + 2)
+        assert xs == [1, 2, 2] and s == {3}
+        assert obj.before == 1 and torch.equal(obj.after, x + 1)
+        assert _counter == 11
+
+
+def test_dict_write_after_graph_break():
+    import torch
+
+    def f(d, x):
+        d["a"] = x + 1
+        torchkiln.graph_break()
+        d["b"] = x + 2
+        return d
+
+    fn = compiled(f)
+    for _ in range(2):
+        d = {}
+        assert fn(d, torch.ones(2)) is d
+        assert sorted(d) == ["a", "b"]
+
+
+def test_cell_writes_across_graph_break():
+    def f(x):
+        total = 0
+
+        def bump(v):
+            nonlocal total
+            total += v
+        bump(x)
+        torchkiln.graph_break()
+        bump(x * 10)
+        return total
+
+    fn = compiled(f)
+    assert fn(2) == 22
+    assert fn(2) == 22
+
+
+def test_returns_the_list_it_was_given():
+    import torch
+
+    def same(xs):
+        return xs
+
+    def appended(xs, x):
+        xs.append(x)
+        return xs
+
+    def in_tuple(xs, d):
+        d["k"] = 1
+        return (xs, d)
+
+    xs = [1, 2]
+    assert compiled(same)(xs) is xs
+    ys = [1]
+    assert compiled(appended)(ys, torch.ones(1)) is ys and len(ys) == 2
+    d = {}
+    out = compiled(in_tuple)(xs, d)
+    assert out[0] is xs and out[1] is d and d == {"k": 1}
+
+
+def test_mutation_order_before_and_after_break():
+    log = []
+
+    def f(log):
+        log.append("a")
+        log.append("b")
+        torchkiln.graph_break()
+        log.pop(0)
+        log.append("c")
+        return log
+
+    assert compiled(f)(log) is log and log == ["b", "c"]
