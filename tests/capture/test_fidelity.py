@@ -199,3 +199,39 @@ def test_mutation_order_before_and_after_break():
         return log
 
     assert compiled(f)(log) is log and log == ["b", "c"]
+
+
+def test_context_manager_made_by_a_torch_function_is_made_on_every_call():
+    """Wav2Vec2ForCTC's loss: ``with torch.backends.cudnn.flags(enabled=False):`` made
+    the context manager once at capture time and re-entered it on the next call
+    (``'_GeneratorContextManager' object has no attribute 'args'``)."""
+    import torch
+
+    def f(x):
+        with torch.backends.cudnn.flags(enabled=False):
+            return x + 1
+
+    fn = compiled(f)
+    for _ in range(3):
+        assert torch.equal(fn(torch.ones(2)), torch.full((2,), 2.0))
+
+
+def test_wav2vec2_ctc_training_step():
+    """Issue 10: Wav2Vec2ForCTC (random weights, small config) trains twice in a row."""
+    import torch
+
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.Wav2Vec2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=64, vocab_size=16, mask_time_prob=0.5, mask_time_length=2,
+                                      conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
+                                      num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2,
+                                      ctc_loss_reduction="mean")
+    model = transformers.Wav2Vec2ForCTC(cfg).train()
+    fn = torchkiln.compile(model, backend="eager")
+    x = torch.randn(2, 1600)
+    labels = torch.randint(1, 16, (2, 5))
+    for _ in range(2):
+        out = fn(x, labels=labels)
+        out.loss.backward()
+        assert torch.isfinite(out.loss)

@@ -37,6 +37,24 @@ class GraphInput:
         self.value = value
 
 
+def _foldable(value, depth: int = 0) -> bool:
+    """Whether an op's non-tensor result may be baked into the transformed code: a
+    constant, a type, function or module, or a tuple/list/dict of those (containers are
+    rebuilt on each call).  A new object of any other type is not."""
+    import types as _types
+
+    from .variables.builder import is_constant
+
+    if is_constant(value) or isinstance(value, (type, _types.FunctionType, _types.BuiltinFunctionType,
+                                                 _types.ModuleType, torch.finfo, torch.iinfo, torch.nn.Module)):
+        return True
+    if depth < 8 and isinstance(value, (tuple, list, set, frozenset)):
+        return all(_foldable(v, depth + 1) for v in value)
+    if depth < 8 and isinstance(value, dict):
+        return all(_foldable(k, depth + 1) and _foldable(v, depth + 1) for k, v in value.items())
+    return False
+
+
 class OutputGraph:
     def __init__(self, code_name: str):
         self.graph = torch.fx.Graph()
@@ -154,6 +172,11 @@ class OutputGraph:
         self._drop(node)
         from .variables.builder import wrap_constant_like
 
+        if not _foldable(example):
+            # e.g. a context manager made by a @contextmanager function: one object made
+            # at capture time would be shared (and consumed) by every later call
+            unsupported(f"{getattr(node.target, '__name__', node.target)} returns a {type(example).__name__} "
+                        f"object; it is made by the call, not folded into the graph")
         return wrap_constant_like(tx, example)
 
     def _eliminate_dead_code(self):

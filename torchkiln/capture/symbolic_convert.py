@@ -139,6 +139,8 @@ class InstructionTranslatorBase:
         self.ip = self.labels[inst.arg]
 
     def step(self):
+        if self.ip >= len(self.instructions):
+            unsupported(f"execution ran past the last instruction of {self.code.co_name}")
         inst = self.instructions[self.ip]
         if inst.lineno is not None:
             self.lineno = inst.lineno
