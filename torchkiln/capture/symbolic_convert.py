@@ -356,6 +356,8 @@ class InstructionTranslatorBase:
         if code.co_flags & 0x20:  # CO_GENERATOR: run to the end, collect what it yields
             sub.yielded = []
             sub.run_body()
+            if f_globals.get("__name__", "").startswith("torchkiln.capture.polyfills"):
+                return ListIteratorVariable(sub.yielded)  # a polyfill: pure iteration, rebuilt from its items
             return GeneratorResultVariable(sub.yielded)
         return sub.run_body()
 
