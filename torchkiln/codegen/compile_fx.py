@@ -77,7 +77,8 @@ class CompiledGraph:
         with self._finishing:
             if self.current_callable == self._finish_then_call:
                 try:
-                    self.current_callable = self._bind()
+                    with trace.stage("codegen.build_wait"):  # what is left of the kernels' build
+                        self.current_callable = self._bind()
                 except Exception as e:
                     if self._debug:
                         raise
