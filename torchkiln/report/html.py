@@ -32,7 +32,7 @@ h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #d5d9e0;padding-bott
 h3{font-size:15px;margin:18px 0 6px}
 table{border-collapse:collapse;margin:6px 0;background:#fff}td,th{border:1px solid #d5d9e0;padding:3px 8px;
 text-align:left;vertical-align:top}td{overflow-wrap:anywhere}th{background:#eef0f4;white-space:nowrap}
-td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 details{background:#fff;border:1px solid #d5d9e0;border-radius:4px;margin:6px 0;padding:2px 10px}
 details>summary{cursor:pointer;padding:4px 0;font-weight:600}details details{background:#fbfbfc}
 details details>summary{font-weight:500}.item{border-left:4px solid #d94f4f;background:#fff;padding:6px 12px;
