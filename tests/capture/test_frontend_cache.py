@@ -15,7 +15,7 @@ import torch
 
 import torchkiln
 from torchkiln.capture import eval_frame
-from torchkiln.capture.convert_frame import bind_locals
+from torchkiln.capture.frame import bind_locals
 from torchkiln.exc import RecompileError
 from torchkiln.testing import CompileCounter, same
 
@@ -225,7 +225,7 @@ def test_mark_dynamic_and_mark_static_reach_the_policy(fake_capture):
     assert policy.is_dynamic("L['x']", x, 0) and not policy.is_dynamic("L['x']", x, 1)
     y = torch.randn(3, 4)
     torchkiln.mark_static(y)
-    from torchkiln.capture.dynamic_policy import DynamicPolicy
+    from torchkiln.shapes.policy import DynamicPolicy
 
     assert not DynamicPolicy(assume_static=False).is_dynamic("L['y']", y, 0)
     assert DynamicPolicy(assume_static=False).is_dynamic("L['x']", x, 1)

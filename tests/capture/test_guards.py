@@ -3,8 +3,9 @@ recompile) and names its source in the failure reason the way torch.compile does
 import torch
 
 import torchkiln
-from torchkiln.capture.convert_frame import bind_locals, convert_frame
-from torchkiln.capture.dynamic_policy import DynamicPolicy
+from torchkiln.capture.convert_frame import convert_frame
+from torchkiln.capture.frame import bind_locals
+from torchkiln.shapes.policy import DynamicPolicy
 from torchkiln.testing import CompileCounter, same
 
 MODE = "relu"

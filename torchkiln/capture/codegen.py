@@ -16,6 +16,7 @@ import types
 
 import torch
 
+from .frame import SKIP_MODULES, LazyLocal
 from .source import compile_getter, hoist_shared_prefixes
 
 
@@ -42,7 +43,6 @@ class RuntimeCodegen:
         self._recipes: dict[int, object] = {}
 
     def recipe(self, vt):
-        from .symbolic_convert import LazyLocal
         from .variables.containers import BaseListVariable, DictVariable, ListIteratorVariable, SetVariable
         from .variables.base import CellVariable
         from .variables.user_defined import NewObjectVariable
@@ -171,7 +171,5 @@ def _wants_frame(fn) -> bool:
     module = fn.__module__ or ""
     if getattr(fn, "_torchkiln_disable", False) or getattr(fn, "_torchkiln_graph_break", False):
         return False
-    from .symbolic_convert import SKIP_MODULES
-
     return not module.startswith(("torch.", "torchkiln")) and module != "torch" and \
         module.split(".")[0] not in SKIP_MODULES

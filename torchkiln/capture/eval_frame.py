@@ -37,7 +37,8 @@ from ..utils.counters import reset_counters
 from ..utils import trace
 from ..utils.logging import artifact_enabled, get_artifact_logger
 from . import api
-from .convert_frame import bind_locals, convert_frame
+from .convert_frame import convert_frame
+from .frame import bind_locals
 
 GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
 """What ``guard_fail_fn`` receives (``torch._dynamo.types.GuardFail``): the first

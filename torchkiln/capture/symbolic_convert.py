@@ -21,6 +21,9 @@ from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
 from bytecode.instr import CellVar, FreeVar
 
 from ..exc import Unsupported
+from .codegen import RuntimeCodegen, breaking_code, returning_code, wrap_callee
+from .frame import SKIP_MODULES, BreakReason, CacheEntry, LazyLocal, bind_locals, call_with_locals
+from .resume import resume_function
 from .source import attr_source, global_source, globals_dict_name, item_source, local_source
 from .variables.base import NULL, CellVariable, ConstantVariable, NullVariable, VariableTracker, unsupported
 from .variables.builder import wrap, wrap_constant_like
@@ -58,13 +61,6 @@ _CMP_FN = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operato
            ">=": operator.ge}
 _DUNDER = {operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__mul__", operator.matmul: "__matmul__",
            operator.truediv: "__truediv__", operator.eq: "__eq__", operator.ne: "__ne__"}
-
-
-# Standard-library modules whose functions run natively (a graph break), as TorchDynamo's
-# skipfiles do: tracing them is slow and they touch interpreter state.
-SKIP_MODULES = {"logging", "warnings", "inspect", "typing", "abc", "importlib", "threading", "weakref", "copy",
-                "traceback", "linecache", "tokenize", "ast", "dis", "contextvars", "os", "sys", "re", "json",
-                "pickle", "io", "unittest", "pdb", "tempfile", "pathlib", "socket", "subprocess"}
 
 
 class _Return(Exception):
@@ -881,14 +877,6 @@ class GeneratorResultVariable(ListIteratorVariable):
         unsupported("a generator made while tracing escapes the graph")
 
 
-class LazyLocal:
-    """An argument of the root frame not read yet (guards are installed on first read)."""
-
-    def __init__(self, value, source):
-        self.value = value
-        self.source = source
-
-
 class InliningInstructionTranslator(InstructionTranslatorBase):
     """Traces a called user function's bytecode into the caller's graph."""
 
@@ -1028,20 +1016,14 @@ class InstructionTranslator(InstructionTranslatorBase):
             g.add(expr, size_of=None)
 
     def _entry(self, run, gm, break_reasons):
-        from .convert_frame import CacheEntry
-
         guard = self._guard()
         entry = CacheEntry(guard=guard, fn=None, run=run, graphs=[gm] if gm is not None else [],
                            break_reasons=break_reasons)
         fn = self.fn
-        from .convert_frame import bind_locals
-
         entry.fn = lambda *args, **kwargs: run(bind_locals(fn, args, kwargs))
         return entry
 
     def finish_return(self, result_vt):
-        from .codegen import RuntimeCodegen, returning_code
-        from .convert_frame import _call_with_locals
 
         self._leave_grad_mode()
         cg = RuntimeCodegen(self)
@@ -1049,13 +1031,11 @@ class InstructionTranslator(InstructionTranslatorBase):
         side = self._epilogue(self.output.side_effects.replay_recipe(cg))
         if self.output.count_ops() == 0 and side is None:
             fn = self.fn
-            return self._entry(lambda L: _call_with_locals(fn, L), None, [])
+            return self._entry(lambda L: call_with_locals(fn, L), None, [])
         compiled, gm = self.output.compile(self.backend, cg.outputs, self.fullgraph)
         return self._entry(returning_code(compiled, cg.inputs_getter(), side, result), gm, [])
 
     def finish_break(self, ip):
-        from .codegen import RuntimeCodegen, breaking_code, wrap_callee
-        from .resume import resume_function
 
         reason = self.break_points[ip]
         inst = self.instructions[ip]
@@ -1141,8 +1121,6 @@ class InstructionTranslator(InstructionTranslatorBase):
         instruction (used inside try blocks, whose handlers must see exceptions, and for
         instructions that are not a call or a jump).  A breaking call's callee still goes
         through ``compile_wrapper``."""
-        from .codegen import RuntimeCodegen, breaking_code, wrap_callee
-        from .resume import resume_function
 
         start = ip
         while start > 0 and self.instructions[start - 1].name in ("PRECALL", "KW_NAMES"):
@@ -1191,7 +1169,6 @@ def capture_frame(fn, f_locals, *, backend, fullgraph, dynamic, compile_wrapper)
     from ..utils.counters import counters
     from ..utils import trace
     from ..utils.logging import get_artifact_logger
-    from .convert_frame import BreakReason, CacheEntry, _call_with_locals
     from .guards import Guard
 
     if fn.__code__.co_flags & 0x3A0:
@@ -1210,7 +1187,7 @@ def capture_frame(fn, f_locals, *, backend, fullgraph, dynamic, compile_wrapper)
                 log.debug("Graph break (skipping frame %s): %s", fn.__qualname__, reason)
                 if trace.enabled:
                     trace.emit("graph_break", _break_record(fn, reason, r.ip, skipped_frame=True))
-                return CacheEntry(guard=Guard.always(), fn=fn, run=lambda L: _call_with_locals(fn, L),
+                return CacheEntry(guard=Guard.always(), fn=fn, run=lambda L: call_with_locals(fn, L),
                                   break_reasons=[*break_points.values(), reason])
             break_points[r.ip] = reason
             continue

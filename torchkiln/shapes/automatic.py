@@ -8,7 +8,7 @@ graph serves every later size.  The state lives per code object until
 """
 from __future__ import annotations
 
-from ..capture.dynamic_policy import DynamicPolicy
+from .policy import DynamicPolicy
 
 
 class FrameShapeState:

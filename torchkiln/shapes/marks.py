@@ -1,6 +1,6 @@
 """Per-tensor dynamic/static marks (mirrors ``torch._dynamo.mark_dynamic``/``mark_static``).
 
-The marks are plain attributes on the tensor, read by capture's ``DynamicPolicy``:
+The marks are plain attributes on the tensor, read by ``DynamicPolicy`` (:mod:`.policy`):
 ``_torchkiln_dynamic_dims`` (a set of dims made symbolic), ``_torchkiln_dim_ranges``
 (dim -> (min, max) given to ``mark_dynamic``) and ``_torchkiln_static_dims`` (dims kept
 static even under ``dynamic=True``).
