@@ -31,6 +31,18 @@ def set_disabled_region(value: bool) -> bool:
     return prior
 
 
+# Code objects whose functions always run natively: capture graph-breaks on a call to
+# one (with the reason given) and compiling one returns it unchanged, as for
+# ``disable``d functions.  torchkiln.distributed registers FSDP2's hook wrapper,
+# which torch marks ``torch._dynamo.disable`` at call time.
+skipped_codes: dict = {}
+
+
+def skip_code(code, reason: str) -> None:
+    """Never capture functions with this code object; a call to one is a graph break."""
+    skipped_codes[code] = reason
+
+
 def graph_break() -> None:
     """Force a graph break here when captured (mirrors ``torch._dynamo.graph_break``).
 

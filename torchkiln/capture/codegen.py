@@ -150,20 +150,26 @@ def breaking_code(compiled, inputs, side_effects, stack, local_values, step):
 
 
 def wrap_callee(fn, compile_wrapper):
-    """How the breaking call is made: user Python functions (and the forward of a module
-    without hooks) go through ``compile_wrapper`` so they are captured as their own frame."""
+    """How the breaking call is made: user Python functions (and the forward of a module)
+    go through ``compile_wrapper`` so they are captured as their own frame; a module's
+    hooks run around that forward as ``OptimizedModule`` runs them, each compiled as a
+    frame of its own (what torch's frame hook does; FSDP2's hooks run natively)."""
     if isinstance(fn, types.FunctionType) and _wants_frame(fn):
         return compile_wrapper(fn)
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType) and _wants_frame(fn.__func__):
         return types.MethodType(compile_wrapper(fn.__func__), fn.__self__)
-    nn_mod = torch.nn.modules.module
-    if isinstance(fn, torch.nn.Module) and type(fn).__call__ is torch.nn.Module.__call__ and not (fn._forward_hooks or fn._forward_pre_hooks or fn._backward_hooks
-                                                or fn._backward_pre_hooks) and not (
-            nn_mod._global_forward_hooks or nn_mod._global_forward_pre_hooks or nn_mod._global_backward_hooks):
+    if isinstance(fn, torch.nn.Module) and type(fn).__call__ is torch.nn.Module.__call__:
         forward = fn.forward
         if isinstance(forward, types.MethodType) and isinstance(forward.__func__, types.FunctionType) \
                 and _wants_frame(forward.__func__) and not isinstance(fn, torch.nn.modules.lazy.LazyModuleMixin):
-            return types.MethodType(compile_wrapper(forward.__func__), fn)
+            from .optimized_module import _call_with_hooks, _has_hooks
+
+            compiled = types.MethodType(compile_wrapper(forward.__func__), fn)
+            if not _has_hooks(fn):
+                return compiled
+            if not fn._get_backward_hooks()[1]:  # no legacy backward hooks: hooks around the compiled forward
+                shim = types.SimpleNamespace(wrap=compile_wrapper)
+                return lambda *args, **kwargs: _call_with_hooks(shim, fn, compiled, args, kwargs)
     return fn
 
 

@@ -210,6 +210,8 @@ class CompileContext:
         """The compiled wrapper of a callable (the ``compile_wrapper`` given to capture)."""
         if isinstance(fn, types.MethodType):
             return types.MethodType(self.wrap(fn.__func__), fn.__self__)
+        if getattr(fn, "__code__", None) in api.skipped_codes:
+            return fn  # runs natively (capture.api.skip_code)
         if getattr(fn, "_torchkiln_disable", False):  # disable wins, as torch's DisableContext does
             if self.compiled_autograd and _compiled_autograd_hook is not None:  # but its backward is compiled
                 return _with_compiled_autograd(fn, _compiled_autograd_hook(self))

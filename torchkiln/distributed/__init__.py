@@ -19,5 +19,7 @@ import torch.distributed as _dist
 if _dist.is_available():
     from . import collectives as _collectives  # noqa: F401  (registers its capture handlers)
     from .ddp import install as _install_ddp
+    from .fsdp import install as _install_fsdp
 
     _install_ddp()
+    _install_fsdp()

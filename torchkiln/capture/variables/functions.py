@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import types
 
+from ..api import skipped_codes
 from .base import ConstantVariable, VariableTracker, unsupported
 
 
@@ -63,6 +64,8 @@ class UserFunctionVariable(BaseUserFunctionVariable):
             unsupported("torchkiln.graph_break() called")
         if getattr(fn, "_torchkiln_disable", False):
             unsupported(f"call to a torchkiln.disable'd function {fn.__qualname__}")
+        if fn.__code__ in skipped_codes:
+            unsupported(f"call to {fn.__qualname__}: {skipped_codes[fn.__code__]}")
         if getattr(fn, "_torchkiln_allow_in_graph", False):
             return tx.output.call_function(tx, fn, args, kwargs)
         if fn is inspect.signature and len(args) == 1 and not kwargs:
