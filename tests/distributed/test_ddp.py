@@ -123,3 +123,36 @@ def test_ddp_aot_eager():
 
 def test_ddp_default_backend():
     run_spawned(_ddp_default_backend)
+
+
+def test_ddp_graphs_log_names_the_buckets(tmp_path):
+    """One process (world size 1): the split is logged under TORCHKILN_LOGS=ddp_graphs."""
+    import logging
+
+    import torch.distributed as dist
+    from torchkiln.utils.logging import get_artifact_logger
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = get_artifact_logger("ddp_graphs")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        torchkiln.reset()
+        counter = CompileCounterWithBackend("aot_eager")
+        model = torchkiln.compile(DDP(make(), bucket_cap_mb=16 * 17 * 4 / 2**20), backend=counter)
+        model(torch.randn(2, 16)).sum().backward()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        dist.destroy_process_group()
+        torchkiln.reset()
+    text = "\n".join(records)
+    assert "DDPOptimizer: 4 bucket(s)" in text, text
+    assert "head.weight" in text, text
+    assert "---submod_3 graph---" in text, text
+    assert counter.frame_count == 4

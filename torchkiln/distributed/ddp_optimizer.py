@@ -20,11 +20,14 @@ compiled whole.
 from __future__ import annotations
 
 import operator
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 from torch.fx.passes.split_module import split_module
 
+from ..config import config
+from ..exc import BackendCompilerFailed
 from ..utils.logging import get_artifact_logger
 
 ddp_graphs_log = get_artifact_logger("ddp_graphs")
@@ -184,6 +187,20 @@ class _LazilyCompiledSplit:
         self.backend = backend
         self.compiled = False
 
+    def _compile_piece(self, piece: torch.fx.GraphModule, example_inputs: list):
+        """The backend's callable for one piece; a failing backend falls back to running the
+        piece as it is with one warning, unless ``config.suppress_errors`` is False (then
+        :class:`BackendCompilerFailed`), as capture does for a whole graph."""
+        try:
+            return self.backend(piece, example_inputs)
+        except Exception as e:  # noqa: BLE001
+            name = getattr(self.backend, "__name__", type(self.backend).__name__)
+            if not config.suppress_errors:
+                raise BackendCompilerFailed(name, e) from e
+            warnings.warn(f"torchkiln: backend {name!r} raised {type(e).__name__}: {e} on a DDP bucket piece; "
+                          "running that piece eagerly")
+            return piece.forward
+
     def __call__(self, *args):
         if self.compiled:
             return self.split_gm(*args)
@@ -195,7 +212,7 @@ class _LazilyCompiledSplit:
                 env[node] = next(inputs)
             elif node.op == "call_module":
                 sub_args = [env[a] for a in node.args]
-                fn = self.backend(getattr(self.split_gm, node.target), sub_args)
+                fn = self._compile_piece(getattr(self.split_gm, node.target), sub_args)
                 self.split_gm.add_submodule(node.target, _Compiled(fn))
                 env[node] = fn(*sub_args)
             elif node.op == "output":
