@@ -19,8 +19,10 @@ the exception's first line, and the other variants go on.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import functools
 import statistics
 import traceback
 import warnings
@@ -41,6 +43,7 @@ class Options:
     peer: bool = False
     threads: int = 1
     tol: float = 1e-4
+    compiled_autograd: bool = False  # the torchkiln variant's training backward through compiled autograd
 
 
 def torchkiln_compiler(backend: str) -> Callable[[torch.nn.Module], Callable]:
@@ -50,6 +53,20 @@ def torchkiln_compiler(backend: str) -> Callable[[torch.nn.Module], Callable]:
         return torchkiln.compile(model, backend=backend)
 
     return compile_model
+
+
+def backward_context(peer: bool, opts: Options) -> Callable:
+    """What each training backward runs inside: with ``--compiled-autograd``, torchkiln's
+    compiled autograd with the torchkiln variant's backend.  The peer keeps the eager
+    engine: torch's compiled autograd cannot share a process with torchkiln's (the C++
+    engine binds its formulas to the first compiler object; benchmarks/compiled_autograd_bench.py
+    runs them in separate processes)."""
+    if not opts.compiled_autograd or peer:
+        return contextlib.nullcontext
+    import torchkiln
+
+    return functools.partial(torchkiln.compiled_autograd.enable,
+                             torchkiln.compiled_autograd.compiler_fn_for_backend(opts.backend))
 
 
 def peer_compiler(model: torch.nn.Module) -> Callable:
@@ -93,8 +110,10 @@ def first_line(exc: BaseException) -> str:
 class _Step:
     """One model copy driven through inference calls or training steps."""
 
-    def __init__(self, model: torch.nn.Module, call: Callable, work: Workload, mode: str, device: str) -> None:
+    def __init__(self, model: torch.nn.Module, call: Callable, work: Workload, mode: str, device: str,
+                 backward_ctx: Callable = contextlib.nullcontext) -> None:
         self.model, self.call, self.work, self.mode, self.device = model, call, work, mode, device
+        self.backward_ctx = backward_ctx
         if mode == "training":
             model.train()
             self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -108,7 +127,8 @@ class _Step:
                 return self.call(*self.work.args, **self.work.kwargs)
         self.opt.zero_grad(set_to_none=True)
         loss = self.work.loss_fn(self.call(*self.work.args, **self.work.kwargs))
-        loss.backward()
+        with self.backward_ctx():
+            loss.backward()
         grads = [p.grad if p.grad is not None else torch.empty(0) for p in self.model.parameters()]
         return (loss.detach(), *(g.detach().clone() for g in grads))
 
@@ -122,7 +142,9 @@ class _Step:
                 self.call(*self.work.args, **self.work.kwargs)
             return
         self.opt.zero_grad(set_to_none=True)
-        self.work.loss_fn(self.call(*self.work.args, **self.work.kwargs)).backward()
+        loss = self.work.loss_fn(self.call(*self.work.args, **self.work.kwargs))
+        with self.backward_ctx():
+            loss.backward()
         self.opt.step()
 
 
@@ -163,7 +185,7 @@ def _first_call(prefix: str, pristine, work, mode, opts: Options, compile_fn, gr
         graphs_before = graphs_fn()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            step = _Step(model, compile_fn(model), work, mode, opts.device)
+            step = _Step(model, compile_fn(model), work, mode, opts.device, backward_context(prefix == "peer_", opts))
             out, seconds = measure.timed(step.first, opts.device)
         graphs_after = graphs_fn()
         row[f"{prefix}compile_{phase}_s"] = seconds
