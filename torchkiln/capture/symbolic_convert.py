@@ -68,6 +68,13 @@ class _Return(Exception):
         self.value = value
 
 
+class Yielded(Exception):
+    """YIELD_VALUE of a lazily run generator (see variables/generators.py)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
 class RestartAt(Exception):
     """Raised by the root translator: re-trace the frame and break at instruction ``ip``."""
 
@@ -303,6 +310,11 @@ class InstructionTranslatorBase:
                 return ConstantVariable(fn(a.as_python_constant(), b.as_python_constant()))
             except Exception as e:  # noqa: BLE001
                 unsupported(f"comparison raised {type(e).__name__}: {e}")
+        from .variables.user_defined import user_compare
+
+        result = user_compare(self, op, a, b)
+        if result is not None:
+            return result
         if isinstance(a, (TensorVariable, SymNodeVariable)) or isinstance(b, (TensorVariable, SymNodeVariable)):
             return self.output.call_function(self, fn, [a, b], {})
         if op in ("==", "!="):
@@ -349,12 +361,11 @@ class InstructionTranslatorBase:
         bound = bind_args(self, code, defaults, kwdefaults, args, kwargs, name)
         sub = InliningInstructionTranslator(code, f_globals, bound, self.output, self.root, cells, self.depth + 1)
         sub.parent = self
-        if code.co_flags & 0x20:  # CO_GENERATOR: run to the end, collect what it yields
-            sub.yielded = []
-            sub.run_body()
-            if f_globals.get("__name__", "").startswith("torchkiln.capture.polyfills"):
-                return ListIteratorVariable(sub.yielded)  # a polyfill: pure iteration, rebuilt from its items
-            return GeneratorResultVariable(sub.yielded)
+        if code.co_flags & 0x20:  # CO_GENERATOR: runs lazily, one yield per next()
+            from .variables.generators import GeneratorVariable
+
+            sub.yielded = True
+            return GeneratorVariable(sub, fn_vt, list(args), dict(kwargs))
         return sub.run_body()
 
     # -- opcodes: stack and constants ------------------------------------------------------
@@ -392,8 +403,7 @@ class InstructionTranslatorBase:
     def YIELD_VALUE(self, inst):
         if self.yielded is None:
             unsupported("yield in a compiled frame")
-        self.yielded.append(self.pop())
-        self.push(ConstantVariable(None))
+        raise Yielded(self.pop())
 
     # -- locals ----------------------------------------------------------------------------
     def LOAD_FAST(self, inst):
@@ -632,14 +642,14 @@ class InstructionTranslatorBase:
     # -- iteration -------------------------------------------------------------------------
     def GET_ITER(self, inst):
         value = self.pop()
-        if isinstance(value, ListIteratorVariable):
+        if isinstance(value, ListIteratorVariable) or hasattr(value, "next_item"):
             self.push(value)
         else:
             self.push(ListIteratorVariable(value.unpack_var_sequence(self)))
 
     def FOR_ITER(self, inst):
         it = self.stack[-1]
-        if not isinstance(it, ListIteratorVariable):
+        if not hasattr(it, "next_item"):
             unsupported(f"FOR_ITER over {it}")
         item = it.next_item(self)
         if item is None:
@@ -821,11 +831,45 @@ class InstructionTranslatorBase:
         defaults = self.pop() if flags & 0x01 else None
         self.push(NestedUserFunctionVariable(code, self.f_globals, code.co_qualname, defaults, kwdefaults, closure))
 
+    # -- match statements ------------------------------------------------------------------
+    def GET_LEN(self, inst):
+        self.push(BuiltinVariable(len).call_function(self, [self.stack[-1]], {}))
+
+    def MATCH_MAPPING(self, inst):
+        import collections.abc
+
+        self.push(ConstantVariable(issubclass(self.stack[-1].python_type(), collections.abc.Mapping)))
+
+    def MATCH_SEQUENCE(self, inst):
+        import collections.abc
+
+        t = self.stack[-1].python_type()
+        self.push(ConstantVariable(issubclass(t, collections.abc.Sequence) and not issubclass(t, (str, bytes,
+                                                                                                  bytearray))))
+
+    def MATCH_KEYS(self, inst):
+        from .variables.user_defined import match_keys
+
+        self.push(match_keys(self, self.stack[-2], self.stack[-1]))
+
+    def MATCH_CLASS(self, inst):
+        from .variables.user_defined import match_class
+
+        names = self.pop()
+        cls = self.pop()
+        subject = self.pop()
+        self.push(match_class(self, subject, cls, inst.arg, names.as_python_constant()))
+
     # -- with blocks -----------------------------------------------------------------------
     def BEFORE_WITH(self, inst):
         ctx = self.pop()
         if not isinstance(ctx, (GradModeVariable, AutocastVariable)):
-            unsupported(f"with-block on {ctx} (only grad-mode and autocast contexts are traced)")
+            from .variables.user_defined import enter_user_context
+
+            exit_vt, value = enter_user_context(self, ctx)
+            self.push(exit_vt)
+            self.push(value)
+            return
         exit_vt = ctx.enter(self)
         self.root.active_contexts.append(ctx)
         self.push(exit_vt)
@@ -865,16 +909,6 @@ class RealCell(VariableTracker):
         return lambda rt: cell
 
 
-class GeneratorResultVariable(ListIteratorVariable):
-    """What a generator yielded, run to its end while tracing.  Iterating it in the
-    graph is fine; the real generator (``send``/``throw``/``close``, a context manager's
-    ``gen``) cannot be rebuilt from the items, so reconstructing it is a graph break."""
-
-    def python_type(self):
-        return types.GeneratorType
-
-    def reconstruct(self, cg):
-        unsupported("a generator made while tracing escapes the graph")
 
 
 class InliningInstructionTranslator(InstructionTranslatorBase):

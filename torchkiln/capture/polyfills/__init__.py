@@ -41,3 +41,16 @@ def polyfill_for(fn):
     if poly is None and isinstance(getattr(fn, "__self__", None), type):
         poly = _BY_OWNER.get((fn.__self__, getattr(fn, "__name__", None)))
     return poly
+
+
+def call_polyfill(tx, poly, args, kwargs):
+    """Inline ``poly``; a generator polyfill (``zip``, ``map``, ``enumerate`` ...) is
+    drained at once into a list iterator, which a graph break can rebuild mid-loop."""
+    from ..variables.containers import ListIteratorVariable
+    from ..variables.functions import UserFunctionVariable
+    from ..variables.generators import GeneratorVariable
+
+    result = UserFunctionVariable(poly).call_function(tx, args, kwargs)
+    if isinstance(result, GeneratorVariable):
+        return ListIteratorVariable(result.unpack_var_sequence(tx))
+    return result

@@ -13,6 +13,7 @@ import builtins
 import collections
 import dataclasses
 import enum
+import functools
 import os
 import types
 import weakref
@@ -194,6 +195,18 @@ def _wrap(tx, value, source):
     if isinstance(value, torch.nn.Module):
         g.type_match(source, value)
         vt = NNModuleVariable(value, source)
+        out.id_cache[id(value)] = vt
+        return vt
+    if type(value) is functools.partial:
+        from .functions import PartialVariable
+
+        g.type_match(source, value)
+        g.len_match(f"{source}.args", value.args)
+        g.keys_match(f"{source}.keywords", value.keywords)
+        vt = PartialVariable(wrap(tx, value.func, f"{source}.func"),
+                             [wrap(tx, a, item_source(f"{source}.args", i)) for i, a in enumerate(value.args)],
+                             {k: wrap(tx, v, item_source(f"{source}.keywords", k)) for k, v in value.keywords.items()},
+                             source)
         out.id_cache[id(value)] = vt
         return vt
     if is_torch_callable(value):

@@ -121,9 +121,9 @@ class BuiltinVariable(VariableTracker):
 
         poly = polyfill_for(fn)
         if poly is not None:
-            from .functions import UserFunctionVariable
+            from ..polyfills import call_polyfill
 
-            return UserFunctionVariable(poly).call_function(tx, args, kwargs)
+            return call_polyfill(tx, poly, args, kwargs)
         unsupported(f"call to builtin {getattr(fn, '__qualname__', fn)}")
 
     def _symbolic(self, tx, fn, args, kwargs):

@@ -147,6 +147,10 @@ class NamedTupleVariable(TupleVariable):
 
             if hasattr(attr, "__code__"):
                 return BoundMethodVariable(UserFunctionVariable(attr), self)
+        elif attr is not None or hasattr(self.tuple_cls, name):
+            from .builder import wrap_constant_like
+
+            return wrap_constant_like(tx, attr)  # _fields, _field_defaults, class constants
         unsupported(f"namedtuple attribute {name}")
 
     def reconstruct(self, cg):

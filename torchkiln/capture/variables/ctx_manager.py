@@ -40,6 +40,12 @@ class GradModeVariable(VariableTracker):
         mode = self.mode
         return lambda rt: torch.enable_grad() if mode else torch.no_grad()
 
+    def call_function(self, tx, args, kwargs):
+        """``@torch.no_grad()`` applied to a function: a function running in this mode."""
+        if self.applied or len(args) != 1 or kwargs:
+            unsupported("calling a grad-mode context object")
+        return GradModeFunctionVariable(self.mode, args[0])
+
     def call_method(self, tx, name, args, kwargs):
         if name == "__enter__":
             self.enter(tx)
@@ -48,6 +54,28 @@ class GradModeVariable(VariableTracker):
             self.exit(tx)
             return ConstantVariable(None)
         unsupported(f"grad-mode context .{name}")
+
+
+class GradModeFunctionVariable(VariableTracker):
+    """A function decorated inside the frame with ``torch.no_grad()`` /
+    ``torch.enable_grad()``: the mode is entered around the inlined call and restored
+    after it, as the real decorator's ``with`` block does."""
+
+    def __init__(self, mode: bool, fn_vt):
+        self.mode = mode
+        self.fn_vt = fn_vt
+
+    def call_function(self, tx, args, kwargs):
+        ctx = GradModeVariable(self.mode, torch.is_grad_enabled())
+        exit_vt = ctx.enter(tx)
+        tx.root.active_contexts.append(ctx)
+        result = self.fn_vt.call_function(tx, args, kwargs)
+        exit_vt.call_function(tx, [], {})
+        return result
+
+    def reconstruct(self, cg):
+        fn, mode = cg.recipe(self.fn_vt), self.mode
+        return lambda rt: (torch.enable_grad() if mode else torch.no_grad())(fn(rt))
 
 
 class AutocastVariable(VariableTracker):

@@ -66,12 +66,28 @@ class UserFunctionVariable(BaseUserFunctionVariable):
             unsupported(f"call to a torchkiln.disable'd function {fn.__qualname__}")
         if fn.__code__ in skipped_codes:
             unsupported(f"call to {fn.__qualname__}: {skipped_codes[fn.__code__]}")
+        orig = fn.__dict__.get("_torchkiln_compiled_orig")
+        if orig is not None:  # a torchkiln.compile'd function: traced into this graph, as torch.compile does
+            from ..source import attr_source
+            from .builder import wrap
+
+            return wrap(tx, orig, attr_source(self.source, "_torchkiln_compiled_orig")).call_function(tx, args, kwargs)
         if getattr(fn, "_torchkiln_allow_in_graph", False):
             return tx.output.call_function(tx, fn, args, kwargs)
         if fn is inspect.signature and len(args) == 1 and not kwargs:
             from .builder import wrap_constant_like
 
             return wrap_constant_like(tx, inspect.signature(real_callable(args[0])))
+        from .generators import is_contextmanager_helper
+
+        if is_contextmanager_helper(fn):
+            from .generators import GeneratorContextManagerVariable
+
+            cells = dict(zip(fn.__code__.co_freevars, fn.__closure__))
+            gen = wrap_constant_like_fn(tx, cells["func"].cell_contents).call_function(tx, args, kwargs)
+            if not hasattr(gen, "next_item"):
+                unsupported("contextlib.contextmanager of a function that is not a generator")
+            return GeneratorContextManagerVariable(self, gen, list(args), dict(kwargs))
         if fn.__code__.co_filename.endswith("_contextlib.py") and "ctx_factory" in fn.__code__.co_freevars:
             return _call_grad_mode_decorated(tx, fn, args, kwargs)
         return tx.inline_user_function(self, args, kwargs)
@@ -216,6 +232,12 @@ def bind_args(tx, code, defaults, kwdefaults, args, kwargs, fn_name):
     return result
 
 
+def wrap_constant_like_fn(tx, fn):
+    from .builder import wrap_constant_like
+
+    return wrap_constant_like(tx, fn)
+
+
 def _call_grad_mode_decorated(tx, fn, args, kwargs):
     """A function decorated with ``@torch.no_grad()`` / ``@torch.enable_grad()``: the
     context is traced around the inlined function."""
@@ -244,3 +266,104 @@ def real_callable(vt):
     if hasattr(vt, "value") and callable(vt.value):
         return vt.value
     unsupported(f"inspect.signature of {vt}")
+
+
+class PartialVariable(VariableTracker):
+    """``functools.partial(func, *args, **keywords)``: calling it calls ``func`` with the
+    stored arguments first and the call's keywords overriding the stored ones."""
+
+    def __init__(self, func, args, keywords, source=None):
+        self.func = func
+        self.args = list(args)
+        self.keywords = dict(keywords)
+        self.source = source
+
+    def python_type(self):
+        import functools
+
+        return functools.partial
+
+    def call_function(self, tx, args, kwargs):
+        return self.func.call_function(tx, [*self.args, *args], {**self.keywords, **kwargs})
+
+    def var_getattr(self, tx, name):
+        from .containers import DictVariable, TupleVariable
+
+        if name == "func":
+            return self.func
+        if name == "args":
+            return TupleVariable(self.args)
+        if name == "keywords":
+            return DictVariable({k: (ConstantVariable(k), v) for k, v in self.keywords.items()})
+        unsupported(f"partial attribute {name}")
+
+    def reconstruct(self, cg):
+        import functools
+
+        if self.source is not None:
+            return cg.from_source(self.source)
+        func, args = cg.recipe(self.func), [cg.recipe(a) for a in self.args]
+        keywords = {k: cg.recipe(v) for k, v in self.keywords.items()}
+        return lambda rt: functools.partial(func(rt), *[a(rt) for a in args], **{k: v(rt) for k, v in keywords.items()})
+
+    def __repr__(self):
+        return f"PartialVariable({self.func!r})"
+
+
+def make_partial(tx, args, kwargs):
+    """``functools.partial(...)`` called during tracing (a partial of a partial flattens,
+    as CPython's does)."""
+    if not args:
+        unsupported("TypeError: type 'partial' takes at least one argument")
+    func, rest = args[0], args[1:]
+    if isinstance(func, PartialVariable):
+        return PartialVariable(func.func, [*func.args, *rest], {**func.keywords, **kwargs})
+    return PartialVariable(func, rest, kwargs)
+
+
+class OperatorGetterVariable(VariableTracker):
+    """``operator.itemgetter`` / ``attrgetter`` / ``methodcaller`` made in the frame."""
+
+    def __init__(self, cls, args, kwargs):
+        import operator
+
+        if cls is not operator.methodcaller and kwargs:
+            unsupported(f"TypeError: {cls.__name__}() takes no keyword arguments")
+        if not args:
+            unsupported(f"TypeError: {cls.__name__} expected 1 argument, got 0")
+        if cls is not operator.itemgetter and not all(
+                a.is_python_constant() and isinstance(a.as_python_constant(), str) for a in args[:1 if
+                                                                                             cls is operator.methodcaller else None]):
+            unsupported(f"TypeError: {cls.__name__} names must be strings")
+        self.cls = cls
+        self.args = list(args)
+        self.kwargs = dict(kwargs)
+
+    def python_type(self):
+        return self.cls
+
+    def call_function(self, tx, args, kwargs):
+        import operator
+
+        from .containers import TupleVariable
+
+        if len(args) != 1 or kwargs:
+            unsupported(f"TypeError: {self.cls.__name__} expected 1 argument, got {len(args)}")
+        obj = args[0]
+        if self.cls is operator.methodcaller:
+            return obj.call_method(tx, self.args[0].as_python_constant(), self.args[1:], self.kwargs)
+        if self.cls is operator.itemgetter:
+            values = [tx.getitem(obj, a) for a in self.args]
+        else:
+            values = []
+            for a in self.args:
+                value = obj
+                for part in a.as_python_constant().split("."):
+                    value = tx.getattr(value, part)
+                values.append(value)
+        return values[0] if len(values) == 1 else TupleVariable(values)
+
+    def reconstruct(self, cg):
+        cls, args = self.cls, [cg.recipe(a) for a in self.args]
+        kwargs = {k: cg.recipe(v) for k, v in self.kwargs.items()}
+        return lambda rt: cls(*[a(rt) for a in args], **{k: v(rt) for k, v in kwargs.items()})

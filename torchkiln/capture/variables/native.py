@@ -69,6 +69,9 @@ class NativeCall:
         if isinstance(vt, BaseListVariable) and vt.container_type in (list, tuple, collections.deque, torch.Size):
             if vt.container_type in (tuple, torch.Size):
                 result = tuple(self.real(i) for i in vt.items)
+                real_type = vt.python_type()
+                if real_type is not tuple and not self.opaque:  # namedtuple, torch.Size of constants
+                    result = real_type._make(result) if hasattr(real_type, "_make") else real_type(result)
             elif isinstance(vt, DequeVariable):
                 result = collections.deque(maxlen=vt.maxlen)
                 self.memo[key] = result
@@ -107,7 +110,7 @@ class NativeCall:
     def wrap(self, value):
         from .builder import wrap_constant_like
         from .containers import (DequeVariable, DictVariable, DictViewVariable, IdKey, ListIteratorVariable,
-                                 ListVariable, SetVariable, TupleVariable)
+                                 ListVariable, NamedTupleVariable, SetVariable, SizeVariable, TupleVariable)
 
         vt = self.back.get(id(value))
         if vt is not None:
@@ -118,6 +121,10 @@ class NativeCall:
             return ListVariable([self.wrap(v) for v in value])
         if type(value) is tuple:
             return TupleVariable([self.wrap(v) for v in value])
+        if type(value) is torch.Size:
+            return SizeVariable([self.wrap(v) for v in value])
+        if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+            return NamedTupleVariable([self.wrap(v) for v in value], type(value))
         if type(value) is collections.deque:
             return DequeVariable([self.wrap(v) for v in value], maxlen=value.maxlen)
         if type(value) in DICT_TYPES:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import abc
 import collections
 import dataclasses
+import functools
 import inspect
+import operator
 import types
 
 import torch
@@ -107,6 +109,140 @@ def generic_getattr(tx, vt, obj, name, instance_dict=None):
     unsupported(f"AttributeError: '{cls.__name__}' object has no attribute '{name}'")
 
 
+_CMP_DUNDER = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__"}
+_CMP_SWAP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _user_dunder(vt, name):
+    """The Python function implementing ``name`` for a user object tracker, else None."""
+    if not isinstance(vt, (UserDefinedObjectVariable, NewObjectVariable)):
+        return None
+    fn = mro_lookup(vt.python_type(), name)
+    return fn if isinstance(fn, types.FunctionType) else None
+
+
+def user_compare(tx, op, a, b):
+    """``a op b`` through user-defined rich comparisons, CPython's order: the right
+    operand's reflected method first when its type is a proper subclass, ``NotImplemented``
+    falls through, ``!=`` inverts ``__eq__``, ``==`` falls back to identity; None when no
+    user-defined comparison is involved."""
+    from .functions import UserFunctionVariable
+
+    name, swapped = _CMP_DUNDER[op], _CMP_DUNDER[_CMP_SWAP[op]]
+    left, right = _user_dunder(a, name), _user_dunder(b, swapped)
+    if op == "!=" and left is None and _user_dunder(a, "__eq__") is not None:
+        result = user_compare(tx, "==", a, b)
+        return ConstantVariable(not result.truth(tx))
+    if left is None and right is None:
+        return None
+    attempts = [(left, a, b), (right, b, a)]
+    if right is not None and a.python_type() is not b.python_type() and issubclass(b.python_type(), a.python_type()):
+        attempts.reverse()
+    for fn, x, y in attempts:
+        if fn is None:
+            continue
+        result = UserFunctionVariable(fn).call_function(tx, [x, y], {})
+        if not (result.is_python_constant() and result.as_python_constant() is NotImplemented):
+            return result
+    if op in ("==", "!="):
+        same = a is b or getattr(a, "value", a) is getattr(b, "value", b)
+        return ConstantVariable(same if op == "==" else not same)
+    unsupported(f"TypeError: '{op}' not supported between instances of '{a.python_type().__name__}' and "
+                f"'{b.python_type().__name__}'")
+
+
+def user_truth(tx, vt, cls):
+    """``bool(obj)``: ``__bool__``, else ``__len__() != 0``, else True (CPython's order)."""
+    from .functions import UserFunctionVariable
+
+    fn = mro_lookup(cls, "__bool__")
+    if isinstance(fn, types.FunctionType):
+        result = UserFunctionVariable(fn).call_function(tx, [vt], {})
+        if not (result.is_python_constant() and isinstance(result.as_python_constant(), bool)):
+            unsupported("TypeError: __bool__ should return bool")
+        return result.as_python_constant()
+    if fn is not _MISSING and fn is not None:
+        unsupported(f"bool() of a {cls.__name__} object (a builtin __bool__)")
+    fn = mro_lookup(cls, "__len__")
+    if isinstance(fn, types.FunctionType):
+        result = UserFunctionVariable(fn).call_function(tx, [vt], {})
+        if not (result.is_python_constant() and isinstance(result.as_python_constant(), int)):
+            unsupported("__len__ returning a non-constant")
+        if result.as_python_constant() < 0:
+            unsupported("ValueError: __len__() should return >= 0")
+        return result.as_python_constant() != 0
+    if fn is not _MISSING and fn is not None:
+        unsupported(f"bool() of a {cls.__name__} object (a builtin __len__)")
+    return True
+
+
+_MATCH_SELF = (bool, bytearray, bytes, dict, float, frozenset, int, list, set, str, tuple)
+
+
+def match_keys(tx, subject, keys_vt):
+    """MATCH_KEYS: a tuple of ``subject``'s values for the pattern's keys, or None."""
+    from .containers import TupleVariable
+
+    keys = keys_vt.unpack_var_sequence(tx)
+    values = []
+    for key in keys:
+        if not subject.call_method(tx, "__contains__", [key], {}).truth(tx):
+            return ConstantVariable(None)
+        values.append(tx.getitem(subject, key))
+    return TupleVariable(values)
+
+
+def match_class(tx, subject, cls_vt, count, names):
+    """MATCH_CLASS: ``isinstance(subject, cls)`` then the positional sub-patterns'
+    attributes (through ``__match_args__``, or the subject itself for builtins such as
+    ``int(x)``) and the keyword ones; a tuple of them, or None when any is missing."""
+    from .containers import TupleVariable
+
+    cls = cls_vt.as_python_constant()
+    if not isinstance(cls, type):
+        unsupported("TypeError: called match pattern must be a class")
+    if not tx.isinstance_check(subject, cls_vt):
+        return ConstantVariable(None)
+    attrs = []
+    if count:
+        match_args = getattr(cls, "__match_args__", None)
+        if match_args is None and issubclass(cls, _MATCH_SELF):
+            if count > 1:
+                unsupported(f"TypeError: {cls.__name__}() accepts 1 positional sub-pattern ({count} given)")
+            values = [subject]
+        else:
+            if not isinstance(match_args, tuple) or len(match_args) < count:
+                unsupported(f"TypeError: {cls.__name__}() accepts {len(match_args or ())} positional sub-patterns")
+            attrs = list(match_args[:count])
+            values = []
+    else:
+        values = []
+    attrs += list(names)
+    if len(set(attrs)) != len(attrs):
+        unsupported("TypeError: match pattern names an attribute twice")
+    for name in attrs:
+        if not tx.hasattr(subject, name):
+            return ConstantVariable(None)
+        values.append(tx.getattr(subject, name))
+    return TupleVariable(values)
+
+
+def enter_user_context(tx, ctx):
+    """BEFORE_WITH on a user context manager (``__enter__``/``__exit__`` written in
+    Python, or a ``contextlib.contextmanager`` generator): ``(exit tracker, value)``."""
+    from .functions import BoundMethodVariable, UserFunctionVariable
+    from .generators import GeneratorContextManagerVariable, GeneratorExitVariable
+
+    if isinstance(ctx, GeneratorContextManagerVariable):
+        value = ctx.enter(tx)
+        return GeneratorExitVariable(ctx), value
+    enter, exit_ = _user_dunder(ctx, "__enter__"), _user_dunder(ctx, "__exit__")
+    if enter is None or exit_ is None:
+        unsupported(f"with-block on {ctx} (no __enter__/__exit__ written in Python)")
+    value = UserFunctionVariable(enter).call_function(tx, [ctx], {})
+    return BoundMethodVariable(UserFunctionVariable(exit_), ctx), value
+
+
 def unpack_user_sequence(tx, vt, cls):
     """Iterate a user object: through its ``__iter__`` (a generator is run to the end), or
     ``__len__`` + ``__getitem__`` for sequence-protocol classes (``collections.abc.Sequence``)."""
@@ -176,13 +312,21 @@ class UserDefinedClassVariable(ValueVariable):
             return AutocastVariable(named)
         if cls is torch.Size:
             return SizeVariable(args[0].unpack_var_sequence(tx) if args else [])
+        if cls is functools.partial:
+            from .functions import make_partial
+
+            return make_partial(tx, args, kwargs)
+        if cls in (operator.itemgetter, operator.attrgetter, operator.methodcaller):
+            from .functions import OperatorGetterVariable
+
+            return OperatorGetterVariable(cls, args, kwargs)
         from ..polyfills import polyfill_for
 
         poly = polyfill_for(cls)
         if poly is not None:
-            from .functions import UserFunctionVariable
+            from ..polyfills import call_polyfill
 
-            return UserFunctionVariable(poly).call_function(tx, args, kwargs)
+            return call_polyfill(tx, poly, args, kwargs)
         if cls in (torch.finfo, torch.iinfo, torch.device) and all(a.is_python_constant() for a in args):
             from .builder import wrap_constant_like
 
@@ -262,10 +406,7 @@ class UserDefinedObjectVariable(VariableTracker):
         return unpack_user_sequence(tx, self, type(self.value))
 
     def truth(self, tx):
-        cls = type(self.value)
-        if mro_lookup(cls, "__bool__") is not _MISSING or mro_lookup(cls, "__len__") is not _MISSING:
-            unsupported(f"bool() of a {cls.__name__} object")
-        return True
+        return user_truth(tx, self, type(self.value))
 
     def as_python_constant(self):
         if isinstance(self.value, (torch.finfo, torch.iinfo)) or self.source is None and not callable(self.value):
@@ -315,9 +456,7 @@ class NewObjectVariable(VariableTracker):
         return unpack_user_sequence(tx, self, self.cls)
 
     def truth(self, tx):
-        if mro_lookup(self.cls, "__bool__") is not _MISSING or mro_lookup(self.cls, "__len__") is not _MISSING:
-            unsupported(f"bool() of a {self.cls.__name__} object")
-        return True
+        return user_truth(tx, self, self.cls)
 
     def reconstruct(self, cg):
         cls = self.cls
