@@ -54,7 +54,7 @@ class RuntimeCodegen:
             return self._recipes[key]
         inner = vt.reconstruct(self)
         if isinstance(vt, (BaseListVariable, DictVariable, SetVariable, NewObjectVariable, ListIteratorVariable,
-                           CellVariable)):
+                           CellVariable)) or getattr(vt, "rebuilt_once", False):
             def memoized(rt, inner=inner, key=key):
                 value = rt.memo.get(key, rt)
                 if value is rt:

@@ -1077,7 +1077,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         if self.code.co_flags & 0x20:
             unsupported("graph break in a generator")
         name = inst.name
-        if name not in _BREAKABLE or (region is not None and not self._is_context_region(region)):
+        if name not in _BREAKABLE or (region is not None and not self._is_context_region(region)) or any(
+                getattr(v, "user_context_exit", False) for v in self.stack):  # a user __exit__ must see exceptions
             return self.finish_native_tail(ip, reason)
         if name == "CALL":
             fn_vt, arg_vts, kw_vts = self.pop_call(inst.arg)

@@ -61,6 +61,8 @@ class GradModeFunctionVariable(VariableTracker):
     ``torch.enable_grad()``: the mode is entered around the inlined call and restored
     after it, as the real decorator's ``with`` block does."""
 
+    rebuilt_once = True  # one object per run of the transformed code (identity)
+
     def __init__(self, mode: bool, fn_vt):
         self.mode = mode
         self.fn_vt = fn_vt

@@ -115,6 +115,8 @@ class UserFunctionVariable(BaseUserFunctionVariable):
 class NestedUserFunctionVariable(BaseUserFunctionVariable):
     """A function created by MAKE_FUNCTION during tracing (its cells are trackers)."""
 
+    rebuilt_once = True  # one object per run of the transformed code (identity)
+
     def __init__(self, code, f_globals, qualname, defaults, kwdefaults, closure):
         self.code = code
         self.f_globals = f_globals
@@ -272,6 +274,8 @@ class PartialVariable(VariableTracker):
     """``functools.partial(func, *args, **keywords)``: calling it calls ``func`` with the
     stored arguments first and the call's keywords overriding the stored ones."""
 
+    rebuilt_once = True  # one object per run of the transformed code (identity)
+
     def __init__(self, func, args, keywords, source=None):
         self.func = func
         self.args = list(args)
@@ -323,6 +327,8 @@ def make_partial(tx, args, kwargs):
 
 class OperatorGetterVariable(VariableTracker):
     """``operator.itemgetter`` / ``attrgetter`` / ``methodcaller`` made in the frame."""
+
+    rebuilt_once = True  # one object per run of the transformed code (identity)
 
     def __init__(self, cls, args, kwargs):
         import operator

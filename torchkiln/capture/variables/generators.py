@@ -15,6 +15,8 @@ MAX_YIELDS = 100_000
 
 
 class GeneratorVariable(VariableTracker):
+
+    rebuilt_once = True  # one object per run of the transformed code (identity)
     def __init__(self, translator, fn_vt, args, kwargs):
         self.translator = translator
         self.fn_vt = fn_vt
@@ -91,6 +93,8 @@ class GeneratorContextManagerVariable(VariableTracker):
     """``with cm(...)`` where ``cm`` is decorated with ``contextlib.contextmanager``:
     entering runs the generator to its ``yield``; a normal exit runs it to its end (a
     second ``yield`` is CPython's "generator didn't stop" error: graph break)."""
+
+    rebuilt_once = True  # one object per run of the transformed code (identity)
 
     def __init__(self, helper_vt, gen_vt, args, kwargs):
         self.helper_vt = helper_vt  # the decorated function (rebuilds a fresh context)

@@ -240,7 +240,9 @@ def enter_user_context(tx, ctx):
     if enter is None or exit_ is None:
         unsupported(f"with-block on {ctx} (no __enter__/__exit__ written in Python)")
     value = UserFunctionVariable(enter).call_function(tx, [ctx], {})
-    return BoundMethodVariable(UserFunctionVariable(exit_), ctx), value
+    exit_vt = BoundMethodVariable(UserFunctionVariable(exit_), ctx)
+    exit_vt.user_context_exit = True  # a break in the block runs the rest natively (see finish_break)
+    return exit_vt, value
 
 
 def unpack_user_sequence(tx, vt, cls):
