@@ -7,5 +7,11 @@ import os
 
 import torch
 
+# The persistent FX graph and AOT autograd caches are on by default for users; the
+# suite runs without them (a graph compiled twice must really compile twice, and no
+# test may depend on what an earlier run left in ~/.cache).  tests/cache turns them on.
+os.environ.setdefault("TORCHKILN_FX_GRAPH_CACHE", "0")
+os.environ.setdefault("TORCHKILN_AUTOGRAD_CACHE", "0")
+
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -4,8 +4,8 @@
 result against eager and prints speedups and compile times (``torchkiln bench -h``;
 ``--report DIR`` traces every compile into DIR); ``torchkiln explain MODEL`` prints
 ``torchkiln.explain`` of a suite model; ``torchkiln report DIR`` renders a
-``TORCHKILN_TRACE`` directory as one HTML page; ``torchkiln cache dir|clear`` shows or
-empties the persistent cache.
+``TORCHKILN_TRACE`` directory as one HTML page; ``torchkiln cache dir|stats|clear``
+shows, summarizes or empties the persistent cache.
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import shutil
 import signal
 import sys
 import time
-from .utils.paths import cache_dir
 
 BENCH_EPILOG = """\
 exit status: 0 when every row is ok or skipped; 1 when any row is a mismatch or an
@@ -64,8 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("trace_dir", metavar="DIR")
     report.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default report.html)")
 
-    cache = sub.add_parser("cache", help="the persistent cache: print its directory or clear it")
-    cache.add_argument("action", choices=("dir", "clear"))
+    cache = sub.add_parser("cache", help="the persistent cache: print its directory, its statistics, or clear it")
+    cache.add_argument("action", choices=("dir", "stats", "clear"),
+                       help="dir: the local directory; stats: entries and bytes per layer and the hit/miss counts "
+                            "of every process since the last clear; clear: empty the local directory (the remote "
+                            "server is shared by a fleet and left alone)")
     return parser
 
 
@@ -181,14 +183,46 @@ def _report(args) -> int:
     return 0
 
 
-def _cache(args) -> int:
-    path = cache_dir()
+def _cache(args, console) -> int:
+    from .cache.store import LocalStore, cache_root, read_stats
+
+    path = cache_root()
     if args.action == "dir":
         print(path)
-    else:
-        shutil.rmtree(path)
+    elif args.action == "clear":
+        shutil.rmtree(path, ignore_errors=True)
         print(f"removed {path}")
+    else:
+        _cache_stats(console, path, LocalStore(path), read_stats(path))
     return 0
+
+
+def _cache_stats(console, path: str, local, stats: dict) -> None:
+    import os
+
+    from rich.table import Table
+
+    t = Table("layer", "entries", "bytes", title=f"torchkiln cache: {path}", title_justify="left")
+    for ns in ("fxgraph", "aotautograd"):
+        items = local.entries(ns)
+        t.add_row(ns, str(len(items)), f"{sum(size for _, size, _ in items):,}")
+    for sub, suffix in (("cpp", ".so"), ("triton", ".py")):
+        folder = os.path.join(path, sub)
+        files = [os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(suffix)] if os.path.isdir(folder) else []
+        t.add_row(f"{sub} ({suffix})", str(len(files)), f"{sum(os.path.getsize(f) for f in files):,}")
+    console.print(t)
+    layers = [("FX graph", "inductor", "fxgraph_cache_"), ("AOT autograd", "aot_autograd", "autograd_cache_"),
+              ("C++ library", "inductor", "cpp_cache_")]
+    c = Table("cache", "hit", "miss", "bypass", "saved", title="since the last clear, all processes",
+              title_justify="left")
+    for label, group, prefix in layers:
+        c.add_row(label, *(str(stats.get(f"{group}.{prefix}{k}", 0)) for k in ("hit", "miss", "bypass", "saved")))
+    console.print(c)
+    store = Table("store", "count", title="store lookups", title_justify="left")
+    for name in ("memory_hit", "local_hit", "remote_hit", "miss", "put", "corrupt", "evicted", "put_error",
+                 "remote_error", "remote_rejected"):
+        store.add_row(name, str(stats.get(f"cache.{name}", 0)))
+    console.print(store)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         return _report(args)
     if args.command == "cache":
-        return _cache(args)
+        return _cache(args, console)
     _parser().print_help()
     return 2
 

@@ -9,7 +9,9 @@ from typing import Callable, Optional
 import torch
 import torch.utils._pytree as pytree
 
+from . import autograd_cache
 from .analysis import run_analysis
+from .config import config
 from .dispatch import AOTConfig, aot_dispatch_flat
 from .fakes import make_fake_inputs, tracing_context
 from .tracing import trace_forward, trace_joint as _trace_joint
@@ -126,7 +128,13 @@ def aot_module_simplified(gm: torch.nn.Module, example_inputs: list, fw_compiler
         return out if isinstance(out, (list, tuple)) else (out,)
 
     flat_args = list(named.values()) + list(example_inputs)
-    runtime = aot_dispatch_flat(flat_fn, flat_args, aot_config, evs)
+    cache_key = None
+    if config.enable_autograd_cache:
+        if names:
+            autograd_cache._bypass("parameters held as module attributes")
+        else:
+            cache_key = autograd_cache.try_key(gm, example_inputs, aot_config)
+    runtime = aot_dispatch_flat(flat_fn, flat_args, aot_config, evs, cache_key)
     if runtime.meta.grad_enabled_after is not None:
         # A captured graph ends in the grad mode it starts in (docs/interfaces.md); one that
         # does not was handed over in another grad mode than the one it runs in.

@@ -16,6 +16,7 @@ import torch
 from ..utils.counters import counters
 from ..utils import trace
 from ..utils.logging import get_artifact_logger
+from . import autograd_cache
 from .analysis import ViewAndMutationMeta, run_analysis
 from .broadcast_tangents import broadcast_positions, with_broadcast_tangents
 from .config import config
@@ -86,14 +87,19 @@ def _mutated_input_aliases_another(args: list, mutated: list) -> bool:
     return any(counts[ptrs[i]] > 1 for i in mutated if ptrs[i])
 
 
-def create_aot_dispatcher(fn: Callable, fake_args: list, fake_mode, aot_config: AOTConfig) -> Callable:
+def create_aot_dispatcher(fn: Callable, fake_args: list, fake_mode, aot_config: AOTConfig,
+                          cache_key: Optional[str] = None) -> Callable:
     """Compile ``fn`` (flat tensors/SymInts in, tuple/list out) for inputs like ``fake_args``.
 
     Returns ``runtime(*args) -> list`` of user outputs.  Raises whatever eager would
     raise while running ``fn`` (e.g. in-place on a leaf that requires grad).  A call
-    whose mutated input aliases another input runs ``fn`` eagerly.
+    whose mutated input aliases another input runs ``fn`` eagerly.  With ``cache_key``
+    (``autograd_cache.try_key``) a saved pair is loaded instead of traced, and a new
+    one is saved.
     """
-    runtime = _create_runtime(fn, fake_args, fake_mode, aot_config)
+    runtime = _load_runtime(cache_key, aot_config) if cache_key is not None else None
+    if runtime is None:
+        runtime = _create_runtime(fn, fake_args, fake_mode, aot_config, cache_key)
     mutated = [i for i, info in enumerate(runtime.meta.inputs) if info.mutated]
     if not mutated:
         return runtime
@@ -108,7 +114,27 @@ def create_aot_dispatcher(fn: Callable, fake_args: list, fake_mode, aot_config: 
     return checked_runtime
 
 
-def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTConfig) -> Callable:
+def _load_runtime(cache_key: str, aot_config: AOTConfig) -> Optional[Callable]:
+    """The runtime of a saved pair (AOT autograd cache hit), or None."""
+    found = autograd_cache.load(cache_key, aot_config)
+    if found is None:
+        return None
+    meta, graphs, facts = found
+    if "inference" in graphs:
+        runtime = _inference_wrapper(graphs["inference"], meta, facts["returned"])
+    else:
+        bw = graphs["bw"]
+        # Backwards for stride-0 tangents need the backward graph, which a hit does not
+        # have: tangents are made contiguous instead (same values).
+        fn_cls = make_autograd_function(graphs["fw"], lambda broadcast=(): bw, meta, facts["num_saved_tensors"],
+                                        facts["num_fw_outs"], forward_in_grad_mode=facts["forward_in_grad_mode"])
+        runtime = _autograd_wrapper(fn_cls, meta)
+    runtime.meta = meta
+    return runtime
+
+
+def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTConfig,
+                    cache_key: Optional[str] = None) -> Callable:
     may_need_grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in fake_args)
     with contextlib.ExitStack() as stack:
         stack.enter_context(tracing_context(fake_mode, joint=may_need_grad))  # the op choices of the trace
@@ -122,6 +148,12 @@ def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTCon
     make = _autograd_runtime if may_need_grad and meta.needs_autograd else _inference_runtime
     runtime = make(fn, meta, fake_args, fake_mode, aot_config)
     runtime.meta = meta
+    if cache_key is not None:
+        parts = runtime.cache_parts
+        if parts is None:
+            autograd_cache._bypass("the backward graph failed to compile ahead of time")
+        else:
+            autograd_cache.save(cache_key, meta, parts)
     return runtime
 
 
@@ -134,7 +166,12 @@ def _inference_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_
     compiled = aot_config.inference_compiler(gm, _placeholder_vals(gm))
     returned = [i for i in meta.mutated_inputs
                 if not (keep and not (meta.inputs[i].mutates_metadata or meta.inputs[i].mutates_storage))]
+    runtime = _inference_wrapper(compiled, meta, returned)
+    runtime.cache_parts = {"inference": compiled, "returned": returned}
+    return runtime
 
+
+def _inference_wrapper(compiled, meta: ViewAndMutationMeta, returned: list) -> Callable:
     def inference_runtime(*args):
         with torch.no_grad():
             outs = call_compiled(compiled, args)
@@ -175,8 +212,9 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
         return bw_compiled[broadcast]
 
     try:  # now, so that its build overlaps the forward's; on failure, again on first use
-        get_bw()
+        bw_now = get_bw()
     except Exception:
+        bw_now = None
         counters["aot_autograd"]["backward_compile_deferred"] += 1
         log.debug("compiling backward graph %d ahead of time failed; compiling it on first use",
                   aot_config.aot_id, exc_info=True)
@@ -185,14 +223,22 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
     fn_cls = make_autograd_function(fw_compiled, get_bw, meta, len(saved) - num_saved_syms, num_fw_outs,
                                     forward_in_grad_mode=grad_mode_kernels,
                                     broadcast_ok=broadcast_positions(bw_gm), bw_module=bw_gm)
+    runtime = _autograd_wrapper(fn_cls, meta)
+    runtime.fw_module = fw_gm
+    runtime.bw_module = bw_gm
+    runtime.cache_parts = None if bw_now is None else {
+        "fw": fw_compiled, "bw": bw_now, "num_saved_tensors": len(saved) - num_saved_syms,
+        "num_fw_outs": num_fw_outs, "forward_in_grad_mode": grad_mode_kernels}
+    return runtime
+
+
+def _autograd_wrapper(fn_cls, meta: ViewAndMutationMeta) -> Callable:
     returned = list(meta.mutated_inputs)
 
     def autograd_runtime(*args):
         outs = list(fn_cls.apply(*args))
         return finish_call(list(args), outs, meta, returned)
 
-    autograd_runtime.fw_module = fw_gm
-    autograd_runtime.bw_module = bw_gm
     return autograd_runtime
 
 
@@ -209,8 +255,10 @@ def _dedupe(args: list):
     return keep, source
 
 
-def aot_dispatch_flat(fn: Callable, args: list, aot_config: AOTConfig, example_values: Optional[list] = None):
-    """Dedupe duplicated tensor arguments, fakeify, and compile; returns ``runtime(*args)``."""
+def aot_dispatch_flat(fn: Callable, args: list, aot_config: AOTConfig, example_values: Optional[list] = None,
+                      cache_key: Optional[str] = None):
+    """Dedupe duplicated tensor arguments, fakeify, and compile; returns ``runtime(*args)``.
+    ``cache_key``: the AOT autograd cache key of the call (None: not cached)."""
     keep, source = _dedupe(args)
     if len(keep) != len(args):
         counters["aot_autograd"]["dupe_args"] += 1
@@ -224,7 +272,9 @@ def aot_dispatch_flat(fn: Callable, args: list, aot_config: AOTConfig, example_v
     unique_args = [args[i] for i in keep]
     evs = [example_values[i] for i in keep] if example_values is not None else None
     fake_mode, fake_args = make_fake_inputs(unique_args, evs, aot_config.dynamic)
-    runtime = create_aot_dispatcher(inner_fn, fake_args, fake_mode, aot_config)
+    if cache_key is not None and len(keep) != len(args):
+        cache_key = cache_key + "-dedup-" + "-".join(map(str, source))
+    runtime = create_aot_dispatcher(inner_fn, fake_args, fake_mode, aot_config, cache_key)
     guard_code = None
     if aot_config.dynamic and fake_mode.shape_env is not None:
         guard_code = fake_mode.shape_env.produce_guards_expression(fake_args, ignore_static=False)

@@ -2,12 +2,13 @@
 
 The TorchInductor part of torchkiln; see docs/codegen.md.  Public: ``compile_fx``
 (the "inductor" backend), ``compile_fx_inner`` (one ATen graph), ``config``,
-``metrics``.
+``metrics``, ``FxGraphCache`` (``FxGraphCache.clear()``).
 """
 from __future__ import annotations
 
 from . import metrics
 from .config import config
+from .fx_graph_cache import FxGraphCache
 
 
 def compile_fx(gm, example_inputs):
@@ -24,4 +25,4 @@ def compile_fx_inner(gm, example_inputs):
     return impl(gm, example_inputs)
 
 
-__all__ = ["compile_fx", "compile_fx_inner", "config", "metrics"]
+__all__ = ["FxGraphCache", "compile_fx", "compile_fx_inner", "config", "metrics"]

@@ -10,14 +10,17 @@ compiling falls back to running the graph eagerly, with one warning.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import threading
 import warnings
 
 import torch
 
+from ..cache.keys import BypassCache
 from ..utils import progress, trace
+from ..utils.counters import counters
 from ..utils.logging import get_artifact_logger
-from . import config, metrics
+from . import config, fx_graph_cache, metrics
 from .generators import get_generator
 from .graph import GraphLowering
 from .nodes import Buffer, ExternKernel, InputBuffer, MutationBuffer, ReinterpretView
@@ -26,6 +29,7 @@ from .trace_records import trace_graph
 from .wrapper import WrapperCodegen
 
 output_code_log = get_artifact_logger("output_code")
+cache_log = logging.getLogger("torchkiln.cache")
 _warned: set = set()
 
 
@@ -38,13 +42,18 @@ class CompiledGraph:
     wrapper, replaces itself with the wrapper's ``call`` and calls it, so later calls
     cost nothing extra.  A build that fails there warns once and the graph runs
     eagerly (``gm.forward``) from then on, as a failure at compile time does.
+    ``cache_key`` is the graph's FX graph cache key (None: not cached); ``on_bound``
+    runs once the kernels are built and bound (it saves the graph in the cache).
     """
 
     def __init__(self, gm, code, globals_: dict, pending, source: str, kernel_source: str,
-                 kernels: list, launch_errors: tuple = ()) -> None:
+                 kernels: list, launch_errors: tuple = (), cache_key: str | None = None,
+                 on_bound=None) -> None:
         self.source = source
         self.kernel_source = kernel_source
         self.kernels = kernels
+        self.cache_key = cache_key
+        self._on_bound = on_bound
         self._gm, self._code, self._globals, self._pending = gm, code, globals_, pending
         self._debug = config.debug
         self._launch_errors = launch_errors
@@ -54,6 +63,9 @@ class CompiledGraph:
     def _bind(self):
         self._globals.update(self._pending.result())
         exec(self._code, self._globals)
+        if self._on_bound is not None:
+            on_bound, self._on_bound = self._on_bound, None
+            on_bound(self._pending)
         call = self._globals["call"]
         if not self._launch_errors:
             return call
@@ -129,14 +141,78 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     finishes; a build error surfaces as that warning at the first call, which then runs
     eagerly.  ``codegen.config.debug`` (read here) raises instead, at the first call.
     """
+    key = None
+    if config.fx_graph_cache:
+        key = _cache_key(gm, example_inputs)
+        if key is not None:
+            cached = fx_graph_cache.live(key) or fx_graph_cache.load(key)
+            if cached is not None:
+                counters["inductor"]["fxgraph_cache_hit"] += 1
+                return cached
     try:
-        compiled = _compile(gm, example_inputs)
+        compiled = _compile(gm, example_inputs, key)
     except Exception as e:  # any failure: a correct (eager) result, never a wrong one
+        if key is not None:
+            counters["inductor"]["fxgraph_cache_miss"] += 1
         if config.debug:
             raise
         return _fall_back(gm, e)
     metrics.graphs_compiled += 1
     return compiled
+
+
+compile_fx_inner.graph_cache = fx_graph_cache.graph_cache
+
+
+def _bypass(reason: str) -> None:
+    counters["inductor"]["fxgraph_cache_bypass"] += 1
+    cache_log.info("FX graph cache bypass: %s", reason)
+
+
+def _cache_key(gm, example_inputs) -> str | None:
+    try:
+        return fx_graph_cache.cache_key(gm, example_inputs)
+    except BypassCache as e:
+        _bypass(str(e))
+    except Exception as e:  # describing the graph must never break compiling it
+        _bypass(f"{type(e).__name__}: {e}")
+    return None
+
+
+def _saver(key: str, device, source: str, generator, globals_: dict):
+    """``on_bound`` of a cache miss: store the graph once its kernels are built; None
+    (and a counted bypass) when the wrapper refers to something that is not plain data."""
+    try:
+        described, blobs = fx_graph_cache.describe_globals(globals_)
+    except BypassCache as e:
+        _bypass(str(e))
+        return None
+    counters["inductor"]["fxgraph_cache_miss"] += 1
+    once = threading.Lock()
+    done = []
+
+    def save(pending):
+        """Idempotent: run by the build's done callback and again at binding, so an
+        entry is complete before the graph's first call returns."""
+        with once:
+            if not done:
+                done.append(True)
+                _save(pending)
+
+    def _save(pending):
+        try:
+            pending.result()
+        except Exception:  # a failed build is not cached (the graph falls back to eager)
+            return
+        try:
+            artifacts = getattr(pending, "cache_artifacts", None) or getattr(generator, "cache_artifacts", None)
+            parts = artifacts() if artifacts is not None else ({}, {})
+            fx_graph_cache.save(key, device, source, generator.source(), described, blobs, parts)
+        except Exception as e:  # saving is best effort
+            counters["cache"]["save_error"] += 1
+            cache_log.warning("torchkiln FX graph cache: could not save %s (%s: %s)", key, type(e).__name__, e)
+
+    return save
 
 
 def _fall_back(gm, error: Exception):
@@ -162,7 +238,7 @@ def _eager(gm):
     return run
 
 
-def _compile(gm, example_inputs) -> CompiledGraph:
+def _compile(gm, example_inputs, key: str | None = None) -> CompiledGraph:
     with trace.stage("codegen.lowering"):
         graph = GraphLowering(gm, example_inputs).run()
     with graph, trace.stage("codegen.scheduling"):  # inner functions run again while scheduling
@@ -185,7 +261,17 @@ def _compile(gm, example_inputs) -> CompiledGraph:
     kernel_source = generator.source()
     if output_code_log.isEnabledFor(10):
         output_code_log.debug("wrapper:\n%s\nkernels:\n%s", source, kernel_source)
-    return CompiledGraph(gm, code, globals_, pending, source, kernel_source, kernels, _launch_errors(graph, generator))
+    save = _saver(key, device, source, generator, globals_) if key is not None else None
+    if save is not None and hasattr(pending, "add_done_callback"):
+        # saved as soon as the build finishes, even if the graph is never called
+        # (a backward compiled with its forward is not called until .backward())
+        pending.add_done_callback(lambda *_: save(pending))
+    compiled = CompiledGraph(gm, code, globals_, pending, source, kernel_source, kernels,
+                             _launch_errors(graph, generator), cache_key=key if save is not None else None,
+                             on_bound=save)
+    if save is not None:
+        fx_graph_cache.remember(key, compiled)
+    return compiled
 
 
 def _launch_errors(graph, generator) -> tuple:

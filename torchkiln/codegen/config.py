@@ -1,6 +1,8 @@
 """Settings of the code generator (``torchkiln.codegen.config``; mirrors ``torch._inductor.config``)."""
 from __future__ import annotations
 
+import os
+
 from ..config import Config
 
 config = Config(
@@ -10,8 +12,8 @@ config = Config(
     # Ops without a lowering run their ATen kernel (counted in metrics.fallback_ops);
     # False raises instead (used by tests that check coverage).
     implicit_fallbacks=True,
-    # No FX graph cache yet: only compiled kernels are cached on disk.
-    fx_graph_cache=False,
+    # Save compiled graphs by content (docs/codegen.md "Caching"); TORCHKILN_FX_GRAPH_CACHE=0 turns it off.
+    fx_graph_cache=os.environ.get("TORCHKILN_FX_GRAPH_CACHE", "1") != "0",
     # Generator for CPU tensors: "cpp" (C++/OpenMP) or "triton" (TRITON_INTERPRET=1).
     cpu_backend="cpp",
     # Threads of the C++ kernels; None follows torch.get_num_threads() at call time.

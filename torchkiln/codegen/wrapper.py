@@ -30,6 +30,12 @@ def _restride(t, size, stride):
     return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
+def base_globals() -> dict:
+    """The globals every wrapper starts from (kernels and constants are added per graph)."""
+    return {"torch": torch, "math": math, "empty_strided": torch.empty_strided,
+            "reinterpret": _reinterpret, "restride": _restride}
+
+
 class WrapperCodegen:
     """Builds the wrapper source for a scheduled graph; ``generate()`` returns (source, globals)."""
 
@@ -37,8 +43,7 @@ class WrapperCodegen:
         self.graph = graph
         self.entries = entries
         self.generator = generator
-        self.globals = {"torch": torch, "math": math, "empty_strided": torch.empty_strided,
-                        "reinterpret": _reinterpret, "restride": _restride, **kernel_objects, **graph.constants}
+        self.globals = {**base_globals(), **kernel_objects, **graph.constants}
         self.lines: list[str] = []
         self._consts: dict = {}
 

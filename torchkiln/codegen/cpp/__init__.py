@@ -2,9 +2,15 @@
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import os
+import types
 
 import torch
 
+from ...cache.entry import CorruptEntry
+from ...cache.store import write_atomic
+from ...utils.paths import cache_dir
 from .. import bounds, config
 from ..generators import KernelGenerator
 from . import vecmath
@@ -102,8 +108,54 @@ class PendingKernels:
     def done(self) -> bool:
         return self._build is None or self._build.done()
 
+    def add_done_callback(self, fn) -> None:
+        """Call ``fn(self)`` once the build has finished (at once if it has), successfully
+        or not; on the build's worker thread."""
+        if self._build is None:
+            fn(self)
+        else:
+            self._build.add_done_callback(lambda _: fn(self))
+
     def result(self) -> dict:
         if self._build is None:
             return {}
         lib, _ = self._build.result()
         return _bind(lib, self._kernels, self._sites)
+
+    def cache_artifacts(self) -> tuple[dict, dict]:
+        """For the FX graph cache, once ``result()`` succeeded: ``(meta, blobs)`` with
+        each kernel's name and argument counts, and the built library's bytes."""
+        if self._build is None:
+            return {"kernels": []}, {}
+        _, path = self._build.result()
+        with open(path, "rb") as f:
+            binary = f.read()
+        kernels = [[k.name, len(k.buffers), len(k.size_args)] for k in self._kernels]
+        sites = {name: [list(site) for site in s] for name, s in self._sites.items()}
+        return {"kernels": kernels, "sites": sites, "so_sha256": hashlib.sha256(binary).hexdigest()}, {"so": binary}
+
+
+def load_cached_kernels(meta: dict, blobs: dict) -> dict:
+    """The wrapper's kernel objects from an FX graph cache entry made by
+    :meth:`PendingKernels.cache_artifacts`: the library is written (atomically, named by
+    its SHA-256) under ``cpp/`` and loaded, never built.  A file there whose bytes do
+    not match is replaced before ``dlopen`` (a damaged mapped library kills the process
+    with SIGBUS)."""
+    if not meta["kernels"]:
+        return {}
+    binary = blobs["so"]
+    sha = hashlib.sha256(binary).hexdigest()
+    if sha != meta["so_sha256"]:
+        raise CorruptEntry("library checksum mismatch")
+    path = os.path.join(cache_dir("cpp"), f"fx-{sha[:40]}.so")
+    try:
+        with open(path, "rb") as f:
+            ok = hashlib.sha256(f.read()).hexdigest() == sha
+    except OSError:
+        ok = False
+    if not ok:
+        write_atomic(path, binary)
+    kernels = [types.SimpleNamespace(name=name, buffers=[None] * nbuf, size_args=[None] * nsize)
+               for name, nbuf, nsize in meta["kernels"]]
+    sites = {name: [tuple(site) for site in s] for name, s in meta["sites"].items()}
+    return _bind(ctypes.CDLL(path), kernels, sites)

@@ -109,6 +109,10 @@ class Build:
     def done(self) -> bool:
         return self._future.done()
 
+    def add_done_callback(self, fn) -> None:
+        """``fn(self)`` when the build finishes (at once if it has)."""
+        self._future.add_done_callback(lambda _: fn(self))
+
     def result(self):
         if os.getpid() != self._pid and not self._future.done():
             return start_build(self._source).result()

@@ -151,6 +151,7 @@ class TritonGenerator(KernelGenerator):
         # CPU tensors need the interpreter; CUDA tensors run under it too if the user set it.
         self.interpret = device.type == "cpu" or interpreter_active()
         self._source = ""
+        self._launchers: list[str] = []
 
     def render(self, kernels: list) -> str:
         """The module source for ``kernels``."""
@@ -167,10 +168,25 @@ class TritonGenerator(KernelGenerator):
             raise RuntimeError("Triton kernels for CPU tensors need TRITON_INTERPRET=1 set before triton is imported")
         self._source = self.render(kernels)
         module = load_module(self._source)
+        self._launchers = [f"{k.name}_launch" for k in kernels]
         return {f"{k.name}_launch": getattr(module, f"{k.name}_launch") for k in kernels}
+
+    def cache_artifacts(self) -> tuple[dict, dict]:
+        """For the FX graph cache, after ``compile_kernels``: the module source and the
+        launcher names (Triton's compiled binaries stay in Triton's own cache)."""
+        return {"launchers": list(self._launchers)}, {"source": self._source.encode()}
 
     def call(self, kernel, args: list[str]) -> str:
         return f"{kernel.name}_launch({', '.join(args)})"
 
     def source(self) -> str:
         return self._source
+
+
+def load_cached_kernels(meta: dict, blobs: dict) -> dict:
+    """The launchers of an FX graph cache entry made by ``cache_artifacts`` (the module
+    is imported from its cached source; nothing is rendered)."""
+    if not meta["launchers"]:
+        return {}
+    module = load_module(blobs["source"].decode())
+    return {name: getattr(module, name) for name in meta["launchers"]}

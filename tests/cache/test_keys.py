@@ -1,0 +1,141 @@
+"""Cache keys: stable across processes, working directories and renamed locals;
+different when anything that changes the result changes."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import torchkiln
+from torchkiln.aot import AOTConfig, autograd_cache_key
+from torchkiln.codegen import config as codegen_config
+from torchkiln.codegen.compile_fx import compile_fx_inner
+from torchkiln.codegen.fx_graph_cache import cache_key as fx_key
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def f_plain(x, y):
+    return (x.sin() + y).relu().sum(1)
+
+
+def f_renamed(first, second):
+    tmp = first.sin()
+    other = tmp + second
+    result = other.relu()
+    return result.sum(1)
+
+
+def captured(fn, *args):
+    got = {}
+
+    def backend(gm, inputs):
+        got["gm"], got["inputs"] = gm, inputs
+        return gm
+
+    torchkiln.reset()
+    torchkiln.compile(fn, backend=backend, fullgraph=True)(*args)
+    return got["gm"], got["inputs"]
+
+
+def aot_key(fn, *args, **cfg):
+    gm, inputs = captured(fn, *args)
+    return autograd_cache_key(gm, inputs, AOTConfig(compile_fx_inner, aot_id=0, **cfg))
+
+
+def aten_key(fn, *args):
+    gm = make_fx(fn, tracing_mode="fake")(*args)
+    vals = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    return fx_key(gm, vals)
+
+
+def all_keys():
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    return {"aot": aot_key(f_plain, x, y), "aot_renamed": aot_key(f_renamed, x, y),
+            "fx": aten_key(f_plain, x, y), "fx_renamed": aten_key(f_renamed, x, y)}
+
+
+def test_same_key_for_renamed_locals():
+    keys = all_keys()
+    assert keys["aot"] == keys["aot_renamed"]
+    assert keys["fx"] == keys["fx_renamed"]
+
+
+def test_same_key_across_processes_and_working_directories(tmp_path):
+    here = all_keys()
+    code = "import json; from tests.cache.test_keys import all_keys; print(json.dumps(all_keys()))"
+    env = dict(os.environ, PYTHONPATH=REPO)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == here
+
+
+@pytest.mark.parametrize("change", ["dtype", "shape", "stride"])
+def test_key_changes_with_input_metadata(change):
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    if change == "dtype":
+        x2 = x.double()
+        y2 = y.double()
+    elif change == "shape":
+        x2, y2 = torch.randn(5, 8), torch.randn(5, 8)
+    else:
+        x2, y2 = torch.randn(8, 4).t(), y
+    assert aot_key(f_plain, x, y) != aot_key(f_plain, x2, y2)
+    assert aten_key(f_plain, x, y) != aten_key(f_plain, x2, y2)
+
+
+def _other(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if value is None:
+        return 3
+    if isinstance(value, str):
+        return {"cpp": "triton", "triton": "cpp", "g++": "c++"}.get(value, value + "x")
+    return None
+
+
+def test_key_changes_with_every_codegen_config_field():
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    gm = make_fx(f_plain, tracing_mode="fake")(x, y)
+    vals = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    base = fx_key(gm, vals)
+    cgm, inputs = captured(f_plain, x, y)
+    aot_base = autograd_cache_key(cgm, inputs, AOTConfig(compile_fx_inner, aot_id=0))
+    for name, value in codegen_config.to_dict().items():
+        if name == "fx_graph_cache":
+            continue
+        with codegen_config.patch(name, _other(value)):
+            assert fx_key(gm, vals) != base, name
+            assert autograd_cache_key(cgm, inputs, AOTConfig(compile_fx_inner, aot_id=0)) != aot_base, name
+
+
+def test_key_changes_with_grad_mode_and_torch_version(monkeypatch):
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    gm, inputs = captured(f_plain, x, y)
+    cfg = AOTConfig(compile_fx_inner, aot_id=0)
+    base = autograd_cache_key(gm, inputs, cfg)
+    with torch.no_grad():
+        assert autograd_cache_key(gm, inputs, cfg) != base
+    aten = make_fx(f_plain, tracing_mode="fake")(x, y)
+    vals = [n.meta["val"] for n in aten.graph.nodes if n.op == "placeholder"]
+    fx_base = fx_key(aten, vals)
+    monkeypatch.setattr(torch, "__version__", "9.9.9")
+    assert autograd_cache_key(gm, inputs, cfg) != base
+    assert fx_key(aten, vals) != fx_base
+
+
+def test_key_changes_with_requires_grad_and_autocast():
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    base = aot_key(f_plain, x, y)
+    assert aot_key(f_plain, x.requires_grad_(), y) != base
+    gm, inputs = captured(f_plain, torch.randn(4, 8), torch.randn(4, 8))
+    cfg = AOTConfig(compile_fx_inner, aot_id=0)
+    k = autograd_cache_key(gm, inputs, cfg)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert autograd_cache_key(gm, inputs, cfg) != k

@@ -1,0 +1,226 @@
+"""The AOT autograd cache: a compiled forward/backward pair saved by the content of
+the captured graph, so that a hit skips tracing, functionalization and partitioning.
+
+Key (:func:`autograd_cache_key`): the canonical torch-level graph and its input
+metadata (``cache/keys.py``), grad mode, autocast state, the ``AOTConfig`` (compiler
+functions, partitioner and decompositions by name; not ``aot_id``), every
+``aot.config`` setting, the graph compiler's own key parts (its config and toolchain)
+and the versions.  Entry: the FX graph cache keys of the forward and backward (or the
+inference graph) and the runtime metadata (input mutations, output aliases and their
+static layouts, intermediate bases, saved-tensor counts), as JSON.  On a hit the
+graphs are loaded through the compiler's ``graph_cache`` protocol
+(``torchkiln/cache/__init__.py``); if either is gone (``FxGraphCache.clear()``), it
+is a miss.  Mirrors ``torch._functorch._aot_autograd.autograd_cache``; counters
+``counters["aot_autograd"]["autograd_cache_miss" | "_hit" | "_saved" | "_bypass"]``.
+
+The backward is compiled together with the forward here (docs/aot.md), so an entry is
+saved at compile time, once both exist; torch saves it at the first ``.backward()``.
+Not cached (bypass): graphs with symbolic sizes, compilers without a graph cache,
+graphs the key cannot describe, a backward whose compile failed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import torch
+
+from ..cache import entry as cache_entry
+from ..cache import get_store, keys
+from ..cache.keys import BypassCache
+from ..utils.counters import counters
+from .analysis import InputInfo, OutputInfo, ViewAndMutationMeta
+from .config import config
+
+log = logging.getLogger("torchkiln.cache")
+NAMESPACE = "aotautograd"
+
+
+class BypassAOTAutogradCache(BypassCache):
+    """This graph cannot be cached by the AOT autograd cache (the message says why)."""
+
+
+class AOTAutogradCache:
+    """``AOTAutogradCache.clear()`` drops every saved forward/backward pair."""
+
+    @staticmethod
+    def clear() -> None:
+        get_store().clear(NAMESPACE)
+
+
+def _graph_cache(fn):
+    return getattr(fn, "graph_cache", None)
+
+
+def _aot_config_description(aot_config) -> dict:
+    decomps = aot_config.decompositions or {}
+    return {
+        "fw_compiler": keys.callable_name(aot_config.fw_compiler),
+        "bw_compiler": keys.callable_name(aot_config.bw_compiler),
+        "inference_compiler": keys.callable_name(aot_config.inference_compiler),
+        "partition_fn": keys.callable_name(aot_config.partition_fn),
+        "decompositions": _decompositions_digest(decomps),
+        "num_params_buffers": aot_config.num_params_buffers,
+        "keep_inference_input_mutations": aot_config.keep_inference_input_mutations,
+        "dynamic": aot_config.dynamic,
+    }
+
+
+_decomp_digests: dict = {}
+
+
+def _decompositions_digest(decomps: dict) -> str:
+    """Digest of a decomposition table (op → function), memoized per table object."""
+    cached = _decomp_digests.get(id(decomps))
+    if cached is not None and cached[0] is decomps and cached[1] == len(decomps):
+        return cached[2]
+    d = keys.digest(sorted([str(op), keys.code_name(fn)] for op, fn in decomps.items()))
+    _decomp_digests[id(decomps)] = (decomps, len(decomps), d)
+    return d
+
+
+def _autocast_state() -> list:
+    state = []
+    for dev in ("cpu", "cuda"):
+        try:
+            state.append([dev, torch.is_autocast_enabled(dev), str(torch.get_autocast_dtype(dev))])
+        except (RuntimeError, TypeError):  # a device type this build lacks
+            state.append([dev, None, None])
+    return state
+
+
+def autograd_cache_key(gm: torch.fx.GraphModule, example_inputs, config_) -> str:
+    """The AOT autograd cache key of ``gm`` for ``example_inputs`` under ``config_`` (an
+    ``AOTConfig``); stable across processes.  Raises :class:`BypassAOTAutogradCache`
+    for a graph or config it cannot describe (mirrors torch's ``autograd_cache_key``)."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and str(getattr(n.target, "__module__", "")).startswith("torchkiln.compiled_autograd"):
+            raise BypassAOTAutogradCache("a compiled autograd region")
+    try:
+        compiler_parts = []
+        for fn in (config_.fw_compiler, config_.bw_compiler, config_.inference_compiler):
+            gc = _graph_cache(fn)
+            parts = getattr(gc, "key_parts", None)
+            compiler_parts.append(parts() if parts is not None else None)
+        desc = {
+            "graph": keys.graph_description(gm),
+            "inputs": keys.inputs_description(example_inputs),
+            "grad_enabled": torch.is_grad_enabled(),
+            "autocast": _autocast_state(),
+            "aot_config": _aot_config_description(config_),
+            "aot_global_config": keys.config_description(config),
+            "compilers": compiler_parts,
+            "versions": keys.versions(),
+        }
+    except BypassAOTAutogradCache:
+        raise
+    except BypassCache as e:
+        raise BypassAOTAutogradCache(str(e)) from e
+    return "aot" + keys.digest(desc)[:48]
+
+
+def _bypass(reason: str) -> None:
+    counters["aot_autograd"]["autograd_cache_bypass"] += 1
+    log.info("AOT autograd cache bypass: %s", reason)
+
+
+def try_key(gm, example_inputs, aot_config) -> str | None:
+    """The key, or None (and a counted bypass) when this compile cannot use the cache."""
+    compilers = (aot_config.fw_compiler, aot_config.bw_compiler, aot_config.inference_compiler)
+    if any(_graph_cache(fn) is None or not _graph_cache(fn).enabled() for fn in compilers):
+        _bypass("the graph compiler has no enabled FX graph cache")
+        return None
+    if any(isinstance(a, torch.Tensor) and any(not isinstance(s, int) for s in a.shape) for a in example_inputs):
+        _bypass("symbolic sizes")
+        return None
+    try:
+        return autograd_cache_key(gm, example_inputs, aot_config)
+    except BypassCache as e:
+        _bypass(str(e))
+    except Exception as e:  # describing the graph must never break compiling it
+        _bypass(f"{type(e).__name__}: {e}")
+    return None
+
+
+# ---- runtime metadata as plain data
+def _fake_desc(f):
+    if not isinstance(f, torch.Tensor):
+        return None
+    parts = [list(f.shape), list(f.stride()), f.storage_offset()]
+    if any(not isinstance(s, int) for s in parts[0] + parts[1] + [parts[2]]):
+        raise BypassAOTAutogradCache("symbolic sizes in the outputs")
+    return parts + [str(f.dtype).removeprefix("torch.")]
+
+
+def _fake_load(d):
+    if d is None:
+        return None
+    size, stride, offset, dtype = d
+    return torch.empty(0, dtype=getattr(torch, dtype), device="meta").as_strided(size, stride, offset)
+
+
+def meta_to_json(meta: ViewAndMutationMeta) -> dict:
+    outputs = []
+    for o in meta.outputs:
+        d = dataclasses.asdict(dataclasses.replace(o, fake=None))
+        d["fake"] = _fake_desc(o.fake) if o.is_tensor else None
+        outputs.append(d)
+    return {"inputs": [dataclasses.asdict(i) for i in meta.inputs], "outputs": outputs,
+            "num_intermediate_bases": meta.num_intermediate_bases,
+            "intermediate_bases_require_grad": list(meta.intermediate_bases_require_grad),
+            "grad_enabled_after": meta.grad_enabled_after,
+            "fw_out_fakes": [_fake_desc(f) for f in meta.fw_out_fakes]}
+
+
+def meta_from_json(d: dict) -> ViewAndMutationMeta:
+    outputs = [OutputInfo(**{**o, "fake": _fake_load(o["fake"])}) for o in d["outputs"]]
+    return ViewAndMutationMeta(inputs=[InputInfo(**i) for i in d["inputs"]], outputs=outputs,
+                               num_intermediate_bases=d["num_intermediate_bases"],
+                               intermediate_bases_require_grad=d["intermediate_bases_require_grad"],
+                               grad_enabled_after=d["grad_enabled_after"],
+                               fw_out_fakes=[_fake_load(f) for f in d["fw_out_fakes"]])
+
+
+def save(key: str, meta: ViewAndMutationMeta, parts: dict) -> None:
+    """Save an entry; ``parts`` names the compiled graphs (``"fw"``, ``"bw"`` or
+    ``"inference"``: callables carrying ``cache_key``) and plain runtime facts."""
+    try:
+        graphs = {}
+        for name in ("fw", "bw", "inference"):
+            if name in parts:
+                k = getattr(parts[name], "cache_key", None)
+                if k is None:
+                    raise BypassAOTAutogradCache(f"the {name} graph was not saved in the FX graph cache")
+                graphs[name] = k
+        facts = {k: v for k, v in parts.items() if k not in ("fw", "bw", "inference")}
+        payload = cache_entry.pack({"graphs": graphs, "meta": meta_to_json(meta), "facts": facts})
+    except BypassCache as e:
+        _bypass(str(e))
+        return
+    get_store().put(NAMESPACE, key, payload)
+    counters["aot_autograd"]["autograd_cache_saved"] += 1
+
+
+def load(key: str, aot_config):
+    """``(meta, graphs, facts)`` of the entry under ``key`` with every graph loaded
+    (``graphs``: name → compiled callable), or None; counts the hit or miss."""
+    payload = get_store().get(NAMESPACE, key)
+    found = None
+    if payload is not None:
+        try:
+            entry, _ = cache_entry.unpack(payload)
+            meta = meta_from_json(entry["meta"])
+            compilers = {"fw": aot_config.fw_compiler, "bw": aot_config.bw_compiler,
+                         "inference": aot_config.inference_compiler}
+            graphs = {}
+            for name, fx_key in entry["graphs"].items():
+                graphs[name] = _graph_cache(compilers[name]).load(fx_key)
+                if graphs[name] is None:
+                    break
+            else:
+                found = (meta, graphs, entry["facts"])
+        except Exception as e:  # a damaged or stale entry is a miss
+            counters["cache"]["unloadable"] += 1
+            log.warning("torchkiln AOT autograd cache: entry %s could not be loaded (%s: %s)", key, type(e).__name__, e)
+    counters["aot_autograd"]["autograd_cache_hit" if found else "autograd_cache_miss"] += 1
+    return found
