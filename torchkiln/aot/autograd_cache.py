@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 
 import torch
 
@@ -129,6 +130,10 @@ def try_key(gm, example_inputs, aot_config) -> str | None:
     compilers = (aot_config.fw_compiler, aot_config.bw_compiler, aot_config.inference_compiler)
     if any(_graph_cache(fn) is None or not _graph_cache(fn).enabled() for fn in compilers):
         _bypass("the graph compiler has no enabled FX graph cache")
+        return None
+    ca_state = sys.modules.get("torchkiln.compiled_autograd.state")  # a later stage: looked up, not imported
+    if ca_state is not None and ca_state.in_graph:
+        _bypass("a compiled autograd graph")  # as torch: compiled autograd regions are not cached
         return None
     if any(isinstance(a, torch.Tensor) and any(not isinstance(s, int) for s in a.shape) for a in example_inputs):
         _bypass("symbolic sizes")
