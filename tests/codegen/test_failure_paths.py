@@ -89,7 +89,9 @@ def test_truncated_library_in_the_cache_does_not_kill_the_next_process(cache):
     assert libs
     for lib in libs:
         _corrupt(lib, "truncated")
-    env = dict(os.environ, TORCHKILN_CACHE_DIR=str(cache), PYTHONPATH=os.getcwd())
+    root = os.path.dirname(os.path.dirname(torchkiln.__file__))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, TORCHKILN_CACHE_DIR=str(cache), PYTHONPATH=path)
     child = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
     assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
     assert "REBUILT 1" in child.stdout
