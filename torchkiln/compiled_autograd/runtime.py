@@ -92,11 +92,15 @@ class AccumulateRecord:
         return AccumulateRecord(self.input_index, None, tuple(post_hooks), self.origin)
 
 
-def accumulate_into(leaf: torch.Tensor, new: torch.Tensor, inputs: Sequence) -> None:
-    """Eager's ``AccumulateGrad`` with grad mode off (compiled autograd has no create_graph)."""
+def accumulate_into(leaf: torch.Tensor, new: torch.Tensor, input_ids: set) -> None:
+    """Eager's ``AccumulateGrad`` with grad mode off (compiled autograd has no create_graph):
+    a new gradient is stolen unless it is (a view of) a graph input, which the caller may
+    hold, or breaks the leaf's layout; then it is copied into the leaf's strides."""
     old = leaf.grad
     if old is None:
-        if new.layout == torch.strided and (new.stride() != leaf.stride() or _aliases_input(new, inputs)):
+        base = new._base if new._is_view() else new
+        if new.layout == torch.strided and (new.stride() != leaf.stride() or id(base) in input_ids
+                                            or id(new) in input_ids):
             grad = torch.empty_strided(leaf.size(), leaf.stride(), dtype=new.dtype, device=new.device)
             grad.copy_(new)
             new = grad
@@ -105,12 +109,6 @@ def accumulate_into(leaf: torch.Tensor, new: torch.Tensor, inputs: Sequence) -> 
         leaf.grad = new + old
     else:
         old += new
-
-
-def _aliases_input(t: torch.Tensor, inputs: Sequence) -> bool:
-    if t._is_view():
-        return True
-    return any(t is x for x in inputs)
 
 
 class CompiledBackward:
@@ -141,10 +139,11 @@ class CompiledBackward:
             for hook_id, grad in zip(self.cpp_hooks, outs[len(outs) - len(self.cpp_hooks):]):
                 engine.call_cpp_tensor_pre_hooks(hook_id, grad)
         if self.accumulates:
+            input_ids = {id(x) for x in inputs}
             with torch.no_grad():
                 for rec, grad in zip(self.accumulates, outs[self.num_outputs:]):
                     leaf = inputs[rec.input_index]
-                    accumulate_into(leaf, grad, inputs)
+                    accumulate_into(leaf, grad, input_ids)
                     for hook_id in rec.post_hooks:
                         if hooks[hook_id](leaf) is not None:
                             raise RuntimeError("Tensor post accumulate grad hooks should return None.")
