@@ -34,6 +34,25 @@ def test_real_code_passes():
     verify_code(verify_code.__code__)
 
 
+@pytest.mark.parametrize("module", ["contextlib", "functools", "collections", "dis", "asyncio.tasks", "argparse"])
+def test_compiler_made_code_passes(module):
+    """No false alarm on what CPython's own compiler emits (generators, coroutines,
+    with/try/except*, comprehensions, closures), on 3.11 and 3.12."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    top = compile(open(mod.__file__, encoding="utf-8").read(), mod.__file__, "exec")
+
+    def walk(code):
+        yield code
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                yield from walk(const)
+
+    for code in walk(top):
+        verify_code(code, tuple(types.CellType() for _ in code.co_freevars) or None)
+
+
 def test_stacksize_too_small_is_refused():
     bad = _sample.__code__.replace(co_stacksize=1)
     with pytest.raises(InvalidCode, match="co_stacksize"):
