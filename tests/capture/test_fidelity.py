@@ -235,3 +235,39 @@ def test_wav2vec2_ctc_training_step():
         out = fn(x, labels=labels)
         out.loss.backward()
         assert torch.isfinite(out.loss)
+
+
+def test_list_iterators_walk_the_live_list():
+    """CPython's test_list.test_exhausted_iterator: an iterator over a list sees later
+    appends until it is exhausted; one rebuilt after the frame walks the caller's list."""
+    import torch
+
+    def f(a):
+        exhit = iter(a)
+        empit = iter(a)
+        for _ in exhit:
+            next(empit)
+        a.append(9)
+        return list(exhit), list(empit)
+
+    assert compiled(f)([1, 2, 3]) == f([1, 2, 3]) == ([], [9])
+
+    def grow(a):
+        out = []
+        for v in a:
+            if v < 3:
+                a.append(v + 10)
+            out.append(v)
+        return out
+
+    assert compiled(grow)([1, 2, 3]) == grow([1, 2, 3])
+
+    def partly(a, x):
+        it = iter(a)
+        next(it)
+        return it, x + 1
+
+    a = [1, 2, 3]
+    it, _ = compiled(partly)(a, torch.ones(1))
+    a.append(4)
+    assert list(it) == [2, 3, 4]

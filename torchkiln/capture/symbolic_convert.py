@@ -645,7 +645,8 @@ class InstructionTranslatorBase:
         if isinstance(value, ListIteratorVariable) or hasattr(value, "next_item"):
             self.push(value)
         else:
-            self.push(ListIteratorVariable(value.unpack_var_sequence(self)))
+            self.push(ListIteratorVariable(value.unpack_var_sequence(self),
+                                           container=value if type(value) is ListVariable else None))
 
     def FOR_ITER(self, inst):
         it = self.stack[-1]

@@ -182,7 +182,10 @@ class BuiltinVariable(VariableTracker):
         if fn is iter and n == 1:
             if isinstance(args[0], ListIteratorVariable) or hasattr(args[0], "next_item"):
                 return args[0]
-            return ListIteratorVariable(args[0].unpack_var_sequence(tx))
+            from .containers import ListVariable
+
+            return ListIteratorVariable(args[0].unpack_var_sequence(tx),
+                                        container=args[0] if type(args[0]) is ListVariable else None)
         if fn is next and n in (1, 2):
             if not hasattr(args[0], "next_item"):
                 if n == 2:

@@ -388,29 +388,48 @@ class SetVariable(VariableTracker):
 
 
 class ListIteratorVariable(VariableTracker):
-    """An iterator over a known list of trackers (FOR_ITER / next())."""
+    """An iterator over a known list of trackers (FOR_ITER / next()).
 
-    def __init__(self, items, index=0):
-        self.items = list(items)
+    ``container``: the list tracker it iterates, when it is a ``list``: then it reads the
+    list's items live (appends during the loop are seen, as CPython's list iterator
+    does), an exhausted iterator stays exhausted, and it is rebuilt as ``iter(that
+    list)`` at its position (the caller's list object where the list came from the
+    caller), not as an iterator over a copy.
+    """
+
+    def __init__(self, items, index=0, container=None):
+        self.container = container
+        self.items = list(items) if container is None else None
         self.index = index
+        self.exhausted = False
+
+    def _seq(self):
+        return self.container.items if self.container is not None else self.items
 
     def next_item(self, tx):
-        if self.index >= len(self.items):
+        seq = self._seq()
+        if self.exhausted or self.index >= len(seq):
+            self.exhausted = True
             return None
-        item = self.items[self.index]
+        item = seq[self.index]
         self.index += 1
         tx.output.side_effects.mutate(self)
         return item
 
     def unpack_var_sequence(self, tx):
-        rest = self.items[self.index:]
-        self.index = len(self.items)
+        seq = self._seq()
+        rest = [] if self.exhausted else seq[self.index:]
+        self.index = len(seq)
+        self.exhausted = True
         return rest
 
     def python_type(self):
         return type(iter([]))
 
     def reconstruct(self, cg):
+        if self.container is not None:
+            lst, index, exhausted = cg.recipe(self.container), self.index, self.exhausted
+            return lambda rt: _list_iterator_at(lst(rt), index, exhausted)
         recipes = [cg.recipe(i) for i in self.items[self.index:]]
         return lambda rt: iter([r(rt) for r in recipes])
 
@@ -423,6 +442,14 @@ class ListIteratorVariable(VariableTracker):
         if name == "__iter__":
             return self
         unsupported(f"iterator.{name}")
+
+
+def _list_iterator_at(lst: list, index: int, exhausted: bool):
+    """CPython's iterator over ``lst`` at position ``index`` (one over nothing if exhausted)."""
+    it = iter([] if exhausted else lst)
+    if index and not exhausted:
+        it.__setstate__(index)
+    return it
 
 
 class SliceVariable(VariableTracker):

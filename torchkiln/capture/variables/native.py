@@ -37,6 +37,9 @@ def active_tx():
     return _ACTIVE[-1].tx
 
 
+_LIST_ITERATOR = type(iter([]))
+
+
 class NativeCall:
     """Converts trackers to real proxies and back for one native call."""
 
@@ -143,6 +146,15 @@ class NativeCall:
                 unsupported(f"a dict view of a dict made inside a native call")
             items = [self.wrap(v) for v in value] if kind != "keys" else [self.key(k) for k in value]
             return DictViewVariable(owner, kind, items)
+        if type(value) is _LIST_ITERATOR:
+            # iter(list): keep the list it walks (its tracker), so appends are seen and the
+            # iterator is rebuilt over the same list object
+            _, (seq,), *state = value.__reduce__()
+            owner = self.back.get(id(seq))
+            if type(owner) is ListVariable:
+                it = ListIteratorVariable([], index=state[0] if state else 0, container=owner)
+                it.exhausted = not state
+                return it
         if isinstance(value, collections.abc.Iterator):
             return ListIteratorVariable([self.wrap(v) for v in value])
         return wrap_constant_like(self.tx, value)
