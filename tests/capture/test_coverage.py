@@ -2,6 +2,7 @@
 and computes what eager computes."""
 import collections
 import contextlib
+import copy
 import dataclasses
 import functools
 import operator
@@ -239,3 +240,59 @@ def test_compiled_function_called_from_compiled_function():
         return inner(x) * 2
 
     one_graph(f, X)
+
+
+class _Config:
+    def __init__(self):
+        self.is_encoder_decoder = True
+        self.decoder_layers = 2
+        self.names = ["a", "b"]
+
+    def to_dict(self):
+        return dict(self.__dict__)
+
+
+def test_deepcopy_of_a_plain_data_config_in_the_graph():
+    def f(x, cfg):
+        c = copy.deepcopy(cfg)
+        for key in c.to_dict():
+            if key.startswith("decoder"):
+                value = getattr(c, key)
+                delattr(c, key)
+                setattr(c, "num_layers", value)
+        c.names.append("c")
+        return x * c.num_layers, len(cfg.names), hasattr(cfg, "num_layers")
+
+    cfg = _Config()
+    one_graph(f, X, cfg)
+    cfg.decoder_layers = 5  # the copied state is guarded: a change recompiles
+    torchkiln.reset()
+    opt = torchkiln.compile(f, backend="eager")
+    opt(X, _Config())
+    assert torch.equal(opt(X, cfg)[0], X * 5)
+
+
+@functools.lru_cache
+def _cached_flag():
+    return True
+
+
+def test_lru_cache_function_and_parametrized_weight_norm():
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 4, 3), dim=2)
+
+    def f(x):
+        return conv(x) if _cached_flag() else x
+
+    one_graph(f, torch.randn(1, 4, 10))
+
+
+def test_break_inside_user_context_manager_block_reaches_its_exit():
+    def f(x):
+        with contextlib.suppress(TypeError):
+            x = x + 1
+            len(5)
+            x = x + 100
+        return x
+
+    torchkiln.reset()
+    assert torch.equal(torchkiln.compile(f, backend="eager")(X), f(X))

@@ -232,7 +232,7 @@ class InstructionTranslatorBase:
             return False
 
     def setattr(self, obj, name, value):
-        if isinstance(obj, NewObjectVariable):
+        if isinstance(obj, NewObjectVariable) or hasattr(obj, "store_attr"):
             obj.store_attr(self, name, value)
             return
         if isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)) and obj.source is not None:

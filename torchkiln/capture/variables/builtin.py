@@ -165,6 +165,9 @@ class BuiltinVariable(VariableTracker):
                 raise
         if fn is hasattr and n == 2:
             return ConstantVariable(tx.hasattr(args[0], args[1].as_python_constant()))
+        if fn is delattr and n == 2 and hasattr(args[0], "delete_attr"):
+            args[0].delete_attr(tx, args[1].as_python_constant())
+            return ConstantVariable(None)
         if fn is setattr and n == 3:
             tx.setattr(args[0], args[1].as_python_constant(), args[2])
             return ConstantVariable(None)

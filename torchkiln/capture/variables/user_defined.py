@@ -54,6 +54,8 @@ def bind_class_attr(tx, attr, self_vt, cls, source):
             return wrap_constant_like(tx, attr)
         if attr.fget is None:
             unsupported("property without getter")
+        if isinstance(attr.fget, types.FunctionType):  # inlined even when torch defines it (parametrize)
+            return UserFunctionVariable(attr.fget).call_function(tx, [self_vt], {})
         return wrap_constant_like(tx, attr.fget).call_function(tx, [self_vt], {})
     return wrap(tx, attr, source) if source is not None else wrap_constant_like(tx, attr)
 
@@ -391,6 +393,22 @@ class UserDefinedObjectVariable(VariableTracker):
         return generic_getattr(tx, self, self.value, name)
 
     def call_function(self, tx, args, kwargs):
+        if isinstance(self.value, functools._lru_cache_wrapper) and isinstance(
+                getattr(self.value, "__wrapped__", None), types.FunctionType):
+            # functools.lru_cache / cache: the wrapped function is traced (as TorchDynamo does)
+            from .builder import is_constant, wrap
+
+            if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()):
+                # constant arguments: the cached answer, computed (and cached) as eager would
+                try:
+                    result = self.value(*[a.as_python_constant() for a in args],
+                                        **{k: v.as_python_constant() for k, v in kwargs.items()})
+                except Exception as e:  # noqa: BLE001
+                    unsupported(f"lru_cache'd {self.value.__wrapped__.__qualname__} raised {type(e).__name__}")
+                if is_constant(result):
+                    return ConstantVariable(result)
+            wrapped = self.value.__wrapped__
+            return wrap(tx, wrapped, attr_source(self.source, "__wrapped__")).call_function(tx, args, kwargs)
         call = mro_lookup(type(self.value), "__call__")
         if isinstance(call, types.FunctionType):
             from .functions import UserFunctionVariable
