@@ -102,7 +102,7 @@ def _exclusive(stages: list[dict]) -> None:
     for s in spans:
         s["exclusive_s"] = s["duration_s"]
         end = s["start"] + s["duration_s"]
-        while open_ and open_[-1]["start"] + open_[-1]["duration_s"] < end - 1e-9:
+        while open_ and open_[-1]["start"] + open_[-1]["duration_s"] < end - 5e-6:  # records round to 1 µs
             open_.pop()
         if open_:
             open_[-1]["exclusive_s"] -= s["duration_s"]
