@@ -119,32 +119,40 @@ def test_progress_line(monkeypatch):
     progress.set_stage("after")  # outside a frame: nothing happens
 
 
-def test_cache_hit_is_traced(tmp_path):
-    """Extend when the cache stage (issue 12) lands: its hits/misses/bypasses are trace records."""
-    import importlib.util
-
+def test_cache_miss_then_hit_is_traced(tmp_path, monkeypatch):
+    """The persistent caches (on here, in an empty directory, as tests/cache does) emit
+    their misses and hits as ``cache`` records with their keys."""
     import torchkiln
+    import torchkiln.aot
+    import torchkiln.codegen
+    from torchkiln.cache import clear_memory
 
-    if importlib.util.find_spec("torchkiln.cache") is None:
-        pytest.skip("the cache stage (issue 12) is not on main yet; this checks its trace records once it is")
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TORCHKILN_REMOTE_CACHE", raising=False)
+    monkeypatch.setattr(torchkiln.codegen.config, "fx_graph_cache", True)
+    monkeypatch.setattr(torchkiln.aot.config, "enable_autograd_cache", True)
+    clear_memory()
 
     def cached_fn(x):
         return (x * 3).tanh()
 
     try:
-        trace.enable(str(tmp_path))
+        trace.enable(str(tmp_path / "trace"))
         x = torch.randn(16)
         torchkiln.compile(cached_fn)(x)
         torchkiln.reset()  # drops in-memory compiles; the persistent cache stays
         torchkiln.compile(cached_fn)(x)
     finally:
         trace.disable()
-    (path,) = tmp_path.glob("trace_*.jsonl")
-    events = [json.loads(line)["data"] for line in path.read_text().splitlines()
-              if json.loads(line)["kind"] == "cache"]
-    if not events:
-        pytest.xfail("the cache stage emits no trace records yet (trace.emit('cache', {...}), docs/interfaces.md)")
-    assert any(e.get("event") == "hit" for e in events), events
+        torchkiln.reset()
+        clear_memory()
+    (path,) = (tmp_path / "trace").glob("trace_*.jsonl")
+    events = [r["data"] for r in map(json.loads, path.read_text().splitlines()) if r["kind"] == "cache"]
+    misses = [e for e in events if e["event"] == "miss"]
+    hits = [e for e in events if e["event"] == "hit"]
+    assert {e["stage"] for e in misses} == {"aot_autograd", "fx_graph"}
+    assert hits and hits[0]["stage"] == "aot_autograd"
+    assert hits[0]["key"] == next(e["key"] for e in misses if e["stage"] == "aot_autograd")
 
 
 def test_kernel_sources_are_split_out_of_the_generators_source():

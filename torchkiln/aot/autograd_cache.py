@@ -29,6 +29,7 @@ import torch
 from ..cache import entry as cache_entry
 from ..cache import get_store, keys
 from ..cache.keys import BypassCache
+from ..utils import trace
 from ..utils.counters import counters
 from .analysis import InputInfo, OutputInfo, ViewAndMutationMeta
 from .config import config
@@ -123,6 +124,8 @@ def autograd_cache_key(gm: torch.fx.GraphModule, example_inputs, config_) -> str
 def _bypass(reason: str) -> None:
     counters["aot_autograd"]["autograd_cache_bypass"] += 1
     log.info("AOT autograd cache bypass: %s", reason)
+    if trace.enabled:
+        trace.emit("cache", {"stage": "aot_autograd", "event": "bypass", "reason": reason})
 
 
 def try_key(gm, example_inputs, aot_config) -> str | None:
@@ -228,4 +231,7 @@ def load(key: str, aot_config):
             counters["cache"]["unloadable"] += 1
             log.warning("torchkiln AOT autograd cache: entry %s could not be loaded (%s: %s)", key, type(e).__name__, e)
     counters["aot_autograd"]["autograd_cache_hit" if found else "autograd_cache_miss"] += 1
+    if trace.enabled:
+        trace.emit("cache", {"stage": "aot_autograd", "event": "hit" if found else "miss", "key": key,
+                             "reason": "" if found else ("not in the cache" if payload is None else "entry or its graphs unloadable")})
     return found

@@ -148,6 +148,8 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **kwargs):
             cached = fx_graph_cache.live(key) or fx_graph_cache.load(key)
             if cached is not None:
                 counters["inductor"]["fxgraph_cache_hit"] += 1
+                if trace.enabled:
+                    trace.emit("cache", {"stage": "fx_graph", "event": "hit", "key": key})
                 return cached
     try:
         compiled = _compile(gm, example_inputs, key)
@@ -167,6 +169,8 @@ compile_fx_inner.graph_cache = fx_graph_cache.graph_cache
 def _bypass(reason: str) -> None:
     counters["inductor"]["fxgraph_cache_bypass"] += 1
     cache_log.info("FX graph cache bypass: %s", reason)
+    if trace.enabled:
+        trace.emit("cache", {"stage": "fx_graph", "event": "bypass", "reason": reason})
 
 
 def _cache_key(gm, example_inputs) -> str | None:
@@ -188,6 +192,8 @@ def _saver(key: str, device, source: str, generator, globals_: dict):
         _bypass(str(e))
         return None
     counters["inductor"]["fxgraph_cache_miss"] += 1
+    if trace.enabled:
+        trace.emit("cache", {"stage": "fx_graph", "event": "miss", "key": key, "reason": "not in the cache"})
     once = threading.Lock()
     done = []
 
