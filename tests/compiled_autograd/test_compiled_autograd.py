@@ -44,11 +44,17 @@ import pytest
 import torch
 
 import torchkiln
+from torchkiln.compiled_autograd import protocol as compiled_autograd_protocol
 from torchkiln import compiled_autograd
 from torchkiln.backends import lookup_backend
 from torchkiln.config import config
 from torchkiln.utils.counters import counters
 from torchkiln.utils.logging import get_artifact_logger, set_logs
+
+# capture needs the engine protocol torchkiln verified; elsewhere enable() runs eagerly
+# (test_unverified_fallback.py checks that)
+pytestmark = pytest.mark.skipif(compiled_autograd_protocol.unverified_reason() is not None,
+                                reason=str(compiled_autograd_protocol.unverified_reason()))
 
 BACKEND = os.environ.get("TORCHKILN_CA_TEST_BACKEND", "aot_eager")
 

@@ -15,6 +15,9 @@ Mirrors ``torch._dynamo.compiled_autograd``:
 * ``torchkiln.config.compiled_autograd = True`` at ``torchkiln.compile`` time: every call
   of the compiled function runs inside ``enable`` with a compiler_fn of the same backend.
 
+On a torch minor version whose engine protocol is not verified (``protocol.VERIFIED``)
+``enable`` warns once and the backward runs on the plain eager engine.
+
 Not supported (raise as torch's do): ``create_graph=True`` (double backward), anomaly
 mode.  Multithreaded autograd is turned off inside ``enable``.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from typing import Callable
 
 import torch
@@ -37,8 +41,15 @@ __all__ = ["enable", "disable", "reset", "compiler_fn_for_backend"]
 
 @contextlib.contextmanager
 def enable(compiler_fn: Callable, dynamic: bool = True):
-    """Run every backward inside through compiled autograd with ``compiler_fn(gm) -> callable``."""
-    protocol.check_engine()
+    """Run every backward inside through compiled autograd with ``compiler_fn(gm) -> callable``.
+
+    On a torch whose engine protocol torchkiln has not verified: one ``UserWarning`` per
+    process, and backwards inside run eagerly (eager's gradients, nothing captured)."""
+    reason = protocol.unverified_reason()
+    if reason is not None:
+        _warn_once(reason)
+        yield
+        return
     verbose = logs.verbose_enabled()  # snapshot, as torch's: turning it on inside has no effect
     prior = protocol.set_compiler(functools.partial(AutogradCapture, compiler_fn, verbose), bool(dynamic))
     if verbose:
@@ -54,9 +65,21 @@ def enable(compiler_fn: Callable, dynamic: bool = True):
         protocol.set_compiler(*prior)
 
 
+_warned: set[str] = set()
+
+
+def _warn_once(reason: str) -> None:
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(reason, stacklevel=4)
+
+
 @contextlib.contextmanager
 def disable():
     """Backwards inside run on the eager engine, also within ``enable``."""
+    if protocol.unverified_reason() is not None:  # our compiler is never installed there
+        yield
+        return
     prior = protocol.set_compiler(None, False)
     try:
         yield
@@ -68,15 +91,17 @@ def reset() -> None:
     """Back to a new process's state: compiler off, engine cache empty, capture ids from 0."""
     if state.in_graph:
         raise AssertionError("compiled_autograd.reset() called while a compiled backward runs")
+    reset_capture_ids()
+    if protocol.unverified_reason() is not None:  # the engine never got our compiler
+        return
     protocol.set_compiler(None, False)
     protocol.set_verbose_logger(None)
     protocol.clear_cache()
-    reset_capture_ids()
 
 
 def _clear_cache() -> None:
     """``torchkiln.reset()``'s part: the engine's cache (an active ``enable`` stays on)."""
-    if not state.in_graph:
+    if not state.in_graph and protocol.unverified_reason() is None:
         protocol.clear_cache()
         reset_capture_ids()
 
