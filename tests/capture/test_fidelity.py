@@ -271,3 +271,15 @@ def test_list_iterators_walk_the_live_list():
     it, _ = compiled(partly)(a, torch.ones(1))
     a.append(4)
     assert list(it) == [2, 3, 4]
+
+
+def test_frame_reading_builtins_see_the_user_frame():
+    """CPython's test_set issubset tests: ``eval(s, locals())`` at a graph break saw
+    the transformed code's frame (``NameError: name 'x' is not defined``)."""
+    def f(x, y):
+        out = []
+        for case in "<", "==":
+            out.append(eval("x" + case + "y", locals()))
+        return out
+
+    assert compiled(f)(1, 2) == f(1, 2) == [True, False]

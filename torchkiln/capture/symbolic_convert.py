@@ -939,6 +939,9 @@ _BREAKABLE = {"CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE
               "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"}
 
 
+_FRAME_BUILTINS = {locals, globals, vars, dir, eval, exec, super, sys._getframe}
+
+
 class InstructionTranslator(InstructionTranslatorBase):
     """The translator of the frame being captured (the root of inlining)."""
 
@@ -1079,7 +1082,8 @@ class InstructionTranslator(InstructionTranslatorBase):
             unsupported("graph break in a generator")
         name = inst.name
         if name not in _BREAKABLE or (region is not None and not self._is_context_region(region)) or any(
-                getattr(v, "user_context_exit", False) for v in self.stack):  # a user __exit__ must see exceptions
+                getattr(v, "user_context_exit", False) for v in self.stack) or (  # a user __exit__ must see exceptions
+                name == "CALL" and self._calls_frame_builtin(inst.arg)):
             return self.finish_native_tail(ip, reason)
         if name == "CALL":
             fn_vt, arg_vts, kw_vts = self.pop_call(inst.arg)
@@ -1191,6 +1195,13 @@ class InstructionTranslator(InstructionTranslatorBase):
         compiled, gm = self.output.compile(self.backend, cg.outputs, self.fullgraph)
         run = breaking_code(compiled, cg.inputs_getter(), side, stack_recipes, local_recipes, step)
         return self._entry(run, gm, [reason])
+
+    def _calls_frame_builtin(self, argc):
+        """Whether the breaking CALL's callee reads its caller's frame (``locals()``,
+        ``eval(s)``...): made from the transformed code it would see that code's frame,
+        so it runs in the resume function instead."""
+        slots = (len(self.stack) - argc - 1, len(self.stack) - argc - 2)  # [NULL, fn] (3.11) / [fn, NULL] (3.12)
+        return any(0 <= i < len(self.stack) and getattr(self.stack[i], "fn", None) in _FRAME_BUILTINS for i in slots)
 
     def _is_context_region(self, region):
         target = self.labels.get(region.target)
