@@ -490,6 +490,12 @@ def main(argv=None) -> int:
     for m in modules:
         res = saved[m] if m in saved else run_module(m)
         results.append(res)
+        c = res.counts()
+        print(f"{m}: same {c['same']} wrong {c['wrong']} error {c['error']} crash {c['crash']} ({res.seconds:.0f} s)",
+              flush=True)
+        if args.json:  # after each module, so an interrupted run keeps what it measured
+            Path(args.json).write_text(json.dumps([{"module": r.module, "records": [vars(x) for x in r.records]}
+                                                   for r in results], indent=1))
         if args.details:
             for r in res.records:
                 if r.classification not in (None, "same"):
