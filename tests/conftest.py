@@ -15,3 +15,16 @@ os.environ.setdefault("TORCHKILN_AUTOGRAD_CACHE", "0")
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` (whole sweeps) run only when asked for: ``-m slow`` (or any
+    ``-m`` naming it) or ``TORCHKILN_OPINFO_FULL=1``."""
+    import pytest
+
+    if "slow" in (config.getoption("markexpr") or "") or os.environ.get("TORCHKILN_OPINFO_FULL", "") not in ("", "0"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow or TORCHKILN_OPINFO_FULL=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

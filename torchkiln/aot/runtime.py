@@ -158,7 +158,28 @@ def regenerate_view(base: torch.Tensor, graph_out: torch.Tensor, info, fake) -> 
     size, stride, offset = _view_metadata(base, graph_out, fake)
     ctx = contextlib.nullcontext() if info.requires_grad and not info.view_without_grad_fn else torch.no_grad()
     with ctx:
-        return base.as_strided(size, stride, offset)
+        view = _reinterpret(base, graph_out.dtype).as_strided(size, stride, offset)
+        if view.is_conj() != graph_out.is_conj():  # _conj's lazy conjugation bit
+            view = view.conj()
+        if view.is_neg() != graph_out.is_neg():
+            view = torch._neg_view(view)
+        return view
+
+
+def _reinterpret(base: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``base``'s storage seen as ``dtype`` (``view_as_complex``/``view_as_real``/
+    ``view(dtype)`` outputs), for ``as_strided`` with the output's element units."""
+    if base.dtype == dtype:
+        return base
+    if base.is_complex() and not dtype.is_complex and dtype.itemsize * 2 == base.dtype.itemsize:
+        return torch.view_as_real(base)
+    if dtype.is_complex and not base.is_complex() and base.dtype.itemsize * 2 == dtype.itemsize:
+        n = base.untyped_storage().nbytes() // base.element_size()
+        return torch.view_as_complex(base.as_strided((n // 2, 2), (2, 1), 0))
+    if dtype.itemsize == base.dtype.itemsize:
+        return base.view(dtype)
+    n = base.untyped_storage().nbytes() // base.element_size()
+    return base.as_strided((n,), (1,), 0).view(dtype)
 
 
 def apply_input_mutation(inp: torch.Tensor, new: torch.Tensor, info, fake) -> None:

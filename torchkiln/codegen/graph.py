@@ -118,7 +118,9 @@ class GraphLowering:
         if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)) and not isinstance(val, torch.Tensor):
             return to_sympy(val)
         lower = lowerings.get(node.target)
-        result = lower(*args, **kwargs) if lower is not None else fallback_handler(*args, **kwargs)
+        if lower is None or _has_non_kernel_dtype(node):
+            lower = fallback_handler
+        result = lower(*args, **kwargs)
         if isinstance(result, TensorBox) and isinstance(val, torch.Tensor):
             self._maybe_realize(result, node, val)
         return result
@@ -187,6 +189,20 @@ class GraphLowering:
             val = node.meta["val"]
             return value.realize(self._dense_stride(val))
         return value
+
+
+# Element types generated kernels compute in; an op reading or making any other (complex,
+# uint16/32/64, float8...) runs its ATen kernel, so the rest of the graph still compiles.
+KERNEL_DTYPES = frozenset({
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+    torch.int16, torch.int8, torch.uint8, torch.bool,
+})
+
+
+def _has_non_kernel_dtype(node) -> bool:
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    return any(isinstance(v, torch.Tensor) and v.dtype not in KERNEL_DTYPES
+               for v in torch.utils._pytree.tree_leaves(vals))
 
 
 def _broadcast_downstream(node, numel, depth: int = 2) -> bool:
