@@ -28,6 +28,7 @@ import torch.utils._pytree as pytree
 import torchkiln
 import torchkiln.codegen.compile_fx as compile_fx_module
 from torchkiln.codegen import metrics
+from torchkiln.testing.compare import Mismatch, compare_outputs as _compare
 from torchkiln.utils.counters import counters
 
 from opinfo_expected_failures import EXPECTED_FAILURES
@@ -36,7 +37,9 @@ common = pytest.importorskip("torch.testing._internal.common_methods_invocations
 
 DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool)
 GRAD_DTYPES = (torch.float32, torch.float64)
-MAX_SAMPLES = 2
+MAX_SAMPLES = int(os.environ.get("TORCHKILN_OPINFO_SAMPLES", "2"))
+# A file each finished case appends "id outcome message" to (for sweeps run by hand).
+LOG = os.environ.get("TORCHKILN_OPINFO_LOG")
 SHARD_EVERY = 12
 FULL = os.environ.get("TORCHKILN_OPINFO_FULL", "") not in ("", "0")
 # Always in the CI shard: ops that once gave silent wrong results.
@@ -52,11 +55,6 @@ RANDOM_OPS = {
 }
 _SHORT = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
           torch.int64: "int64", torch.bool: "bool"}
-# (rtol, atol) per compared dtype, as torch.testing.assert_close's defaults.
-_TOL = {torch.float64: (1e-7, 1e-7), torch.float32: (1.3e-6, 1e-5), torch.bfloat16: (1.6e-2, 1e-5),
-        torch.float16: (1e-3, 1e-5), torch.complex64: (1.3e-6, 1e-5), torch.complex128: (1e-7, 1e-7)}
-
-
 def op_key(op) -> str:
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
@@ -168,62 +166,6 @@ def _run(fn, tensors, mode, sample, upcast=False, seed=0):
 # ---------------------------------------------------------------------------------------
 # Judging
 
-class Mismatch(AssertionError):
-    pass
-
-
-def _compare(name, eager, res, ref, shape_only):
-    if isinstance(eager, torch.Tensor):
-        if not isinstance(res, torch.Tensor):
-            raise Mismatch(f"{name}: eager gives a tensor, torchkiln {type(res).__name__}")
-        if eager.shape != res.shape or eager.dtype != res.dtype:
-            raise Mismatch(f"{name}: eager {eager.dtype}{list(eager.shape)}, torchkiln {res.dtype}{list(res.shape)}")
-        if shape_only or eager.numel() == 0:
-            return
-        if eager.layout != torch.strided:
-            eager, res = eager.to_dense(), res.to_dense()
-            ref = ref.to_dense() if isinstance(ref, torch.Tensor) else ref
-        if not (eager.is_floating_point() or eager.is_complex()):
-            if not torch.equal(eager, res):
-                bad = (eager != res).nonzero()[:3].tolist()
-                raise Mismatch(f"{name}: {eager.dtype} values differ at {bad}")
-            return
-        rtol, atol = _TOL.get(eager.dtype, (1.3e-6, 1e-5))
-        if torch.allclose(res, eager, rtol=rtol, atol=atol, equal_nan=True):
-            return
-        if not isinstance(ref, torch.Tensor) or ref.shape != eager.shape:
-            ref = eager
-        ref = ref.to(torch.complex128 if ref.is_complex() else torch.float64)
-        e64, r64 = eager.to(ref.dtype), res.to(ref.dtype)
-        err_eager, err_res = (e64 - ref).abs(), (r64 - ref).abs()
-        allowed = 2 * err_eager.nan_to_num(0) + atol + rtol * ref.abs().nan_to_num(0, posinf=0, neginf=0)
-        same_nonfinite = (e64 == r64) | (e64.isnan() & r64.isnan())
-        bad = ~same_nonfinite & ~(err_res <= allowed)
-        if bad.any():
-            where = bad.nonzero()[0].tolist()
-            raise Mismatch(f"{name}: {int(bad.sum())} of {bad.numel()} values wrong, e.g. at {where}: "
-                           f"eager {e64[tuple(where)].item()}, torchkiln {r64[tuple(where)].item()}, "
-                           f"float64 {ref[tuple(where)].item()}")
-        return
-    if isinstance(eager, (list, tuple)):
-        if not isinstance(res, (list, tuple)) or len(res) != len(eager):
-            raise Mismatch(f"{name}: eager {type(eager).__name__} of {len(eager)}, torchkiln {res!r:.80}")
-        refs = ref if isinstance(ref, (list, tuple)) and len(ref) == len(eager) else [None] * len(eager)
-        for i, (e, r, f) in enumerate(zip(eager, res, refs)):
-            _compare(f"{name}[{i}]", e, r, f, shape_only)
-        return
-    if isinstance(eager, float) and isinstance(res, float):
-        if not (math.isclose(eager, res, rel_tol=1e-6, abs_tol=1e-6) or (math.isnan(eager) and math.isnan(res))):
-            raise Mismatch(f"{name}: eager {eager}, torchkiln {res}")
-        return
-    if eager is None or isinstance(eager, (int, bool, str, torch.dtype, torch.Size)):
-        if eager != res:
-            raise Mismatch(f"{name}: eager {eager!r}, torchkiln {res!r}")
-        return
-    if type(eager) is not type(res):
-        raise Mismatch(f"{name}: eager {type(eager).__name__}, torchkiln {type(res).__name__}")
-
-
 def _is_random(op, fn, tensors, mode, sample, eager):
     if op.name in RANDOM_OPS or op.name.split(".")[-1] in RANDOM_OPS:
         return True
@@ -304,14 +246,23 @@ def test_opinfo(op, dtype, mode):
     expected = EXPECTED_FAILURES.get(key) or EXPECTED_FAILURES.get((op_key(op), "*", mode))
     samples = _samples(op, dtype, mode)
     if not samples:
+        _log(key, "skip", "no sample inputs")
         pytest.skip("no sample inputs")
     counters.clear()
     try:
         for sample in samples:
             check_sample(op, sample, mode)
     except Exception as e:
+        _log(key, "xfail" if expected else "FAIL", f"{type(e).__name__}: {e}")
         if expected:
             pytest.xfail(expected)
         raise
+    _log(key, "XPASS" if expected else "pass", "")
     if expected:
         pytest.fail(f"{key} passes now: remove it from opinfo_expected_failures.py", pytrace=False)
+
+
+def _log(key, outcome, message):
+    if LOG:
+        with open(LOG, "a") as f:
+            f.write(f"{'|'.join(key)}\t{outcome}\t{' '.join(message.split())[:300]}\n")

@@ -62,6 +62,7 @@ class OutputInfo:
     is_tensor: bool = True
     fake: object = None  # the fake value, for sizes/strides of regenerated views
     view_without_grad_fn: bool = False  # a view made under no_grad: no autograd history
+    view_metas: object = None  # the view ops from the base (functionalization's ViewMeta list), to replay
 
     @property
     def differentiable(self) -> bool:
@@ -203,6 +204,21 @@ def run_analysis(fn: Callable, fake_args: list) -> ViewAndMutationMeta:
     )
 
 
+def _view_metas(o):
+    """The view ops that make ``o`` from its base, when they replay without symbols.
+
+    A view of an input mutated in the graph has sizes/strides/offset of the graph's
+    fresh copy, not of the user's tensor; replaying the views on the user's tensor gives
+    eager's (a transpose of a sliced, then clamped input)."""
+    try:
+        seq = torch._C._functionalization.get_view_meta_sequence(o.elem)
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    if not seq or any(getattr(vm, "has_symbolic_inputs", True) for vm in seq):
+        return None
+    return seq
+
+
 def _classify(o, outs, f_args, bases) -> OutputInfo:
     if not isinstance(o, torch.Tensor):
         return OutputInfo(PLAIN, is_tensor=False, fake=o)
@@ -217,7 +233,8 @@ def _classify(o, outs, f_args, bases) -> OutputInfo:
         return OutputInfo(PLAIN, requires_grad=rg, fake=fake)
     for i, a in enumerate(f_args):
         if base is a:
-            return OutputInfo(ALIAS_OF_INPUT, i, rg, fake=fake, view_without_grad_fn=no_history)
+            return OutputInfo(ALIAS_OF_INPUT, i, rg, fake=fake, view_without_grad_fn=no_history,
+                              view_metas=_view_metas(o))
     for k, p in enumerate(outs):
         if base is p:
             return OutputInfo(ALIAS_OF_OUTPUT, k, rg, fake=fake, view_without_grad_fn=no_history)

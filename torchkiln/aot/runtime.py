@@ -158,6 +158,10 @@ def regenerate_view(base: torch.Tensor, graph_out: torch.Tensor, info, fake) -> 
     size, stride, offset = _view_metadata(base, graph_out, fake)
     ctx = contextlib.nullcontext() if info.requires_grad and not info.view_without_grad_fn else torch.no_grad()
     with ctx:
+        if info.view_metas is not None:
+            view = torch._C._functionalization.apply_view_meta_sequence(base, info.view_metas)
+            if view.shape == graph_out.shape and view.dtype == graph_out.dtype:
+                return view
         view = _reinterpret(base, graph_out.dtype).as_strided(size, stride, offset)
         if view.is_conj() != graph_out.is_conj():  # _conj's lazy conjugation bit
             view = view.conj()
@@ -193,11 +197,27 @@ def apply_input_mutation(inp: torch.Tensor, new: torch.Tensor, info, fake) -> No
         with torch.no_grad():
             inp.as_strided_(size, stride, offset)
     if info.mutates_data:
+        inp, new = _without_broadcast_dims(inp, new)
         if info.mutation_needs_grad:
             inp.copy_(new)
         else:
             with torch.no_grad():
                 inp.copy_(new)
+
+
+def _without_broadcast_dims(inp: torch.Tensor, new: torch.Tensor):
+    """``inp`` and ``new`` with ``inp``'s stride-0 dims narrowed to their first element.
+
+    Eager's ``fill_``/``zero_`` write an expanded tensor (every element of a stride-0 dim
+    is one memory location); ``copy_`` into it would raise, so only one is written."""
+    if inp.layout != torch.strided or all(st != 0 or sz <= 1 for sz, st in zip(inp.shape, inp.stride())):
+        return inp, new
+    if new.shape != inp.shape:
+        new = new.expand(inp.shape)
+    for d, (sz, st) in enumerate(zip(inp.shape, inp.stride())):
+        if st == 0 and sz > 1:
+            inp, new = inp.narrow(d, 0, 1), new.narrow(d, 0, 1)
+    return inp, new
 
 
 def finish_call(args: list, fw_outs: list, meta: ViewAndMutationMeta, returned_mutations: list) -> list:

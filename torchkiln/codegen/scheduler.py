@@ -53,7 +53,9 @@ class SchedulerNode:
             rsize = list(data.reduction_ranges)
             self.rsize = rsize
             self.rkeep = [i for i, s in enumerate(rsize) if s != 1]
-            self.rranges = [rsize[i] for i in self.rkeep]
+            # reduced dims all of size 1 (amin over a keepdim-1 dim): one reduction point,
+            # kept as a range of 1 so the kernel still has its reduction loop
+            self.rranges = [rsize[i] for i in self.rkeep] or [sympy.Integer(1)]
         else:
             self.rranges = []
         xs = ir.index_vars("x", len(self.ranges))

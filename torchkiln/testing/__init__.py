@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from .backends import lookup_backend
+from ..backends import lookup_backend
 
 
 class CompileCounter:
