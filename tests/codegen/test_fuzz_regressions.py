@@ -102,3 +102,19 @@ def test_view_as_complex_and_conj_outputs():
         return (torch.view_as_complex(x), torch.fft.ihfft(y), torch.fft.ifft(y))
 
     check_program(make_inputs, fn)
+
+
+def test_linalg_error_check_stays_in_the_graph():
+    # OpInfo sweep: aten._linalg_check_errors (an effectful op with no output) made AOT
+    # fall back; it is now a plain graph node kept from DCE, so singular inputs still raise
+    import pytest
+    import torchkiln
+
+    def f(a):
+        return torch.linalg.inv(a) * 2
+
+    a = torch.randn(3, 3, dtype=torch.float64) + 3 * torch.eye(3, dtype=torch.float64)
+    check_program(lambda: [a], f)
+    torchkiln.reset()
+    with pytest.raises(torch.linalg.LinAlgError):
+        torchkiln.compile(f, dynamic=False)(torch.zeros(3, 3, dtype=torch.float64))

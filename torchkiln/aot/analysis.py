@@ -14,11 +14,12 @@ import functools
 from typing import Callable, Optional
 
 import torch
-from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .functional import (
     from_fun,
+    functional_mode,
     has_data_mutation,
     has_metadata_mutation,
     has_storage_mutation,
@@ -170,7 +171,7 @@ def run_analysis(fn: Callable, fake_args: list) -> ViewAndMutationMeta:
     """
     grad_before = torch.is_grad_enabled()
     try:
-        with FunctionalTensorMode():
+        with functional_mode():
             f_args = [to_fun(a) for a in fake_args]
             leaves = [fa for a, fa in zip(fake_args, f_args)
                       if isinstance(a, torch.Tensor) and a.is_leaf and a.requires_grad]

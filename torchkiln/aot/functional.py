@@ -8,8 +8,10 @@ functionalization does.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
-from torch._subclasses.functional_tensor import FunctionalTensor
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 
 
@@ -50,3 +52,31 @@ def has_metadata_mutation(f_arg: FunctionalTensor, arg: torch.Tensor) -> bool:
         return False
     after = torch._from_functional_tensor(f_arg.elem)
     return (arg.shape, arg.stride(), arg.storage_offset()) != (after.shape, after.stride(), after.storage_offset())
+
+
+# Ops torch marks as ordered side effects only so that functionalization keeps them
+# (effect tokens); traced without tokens they stay plain graph nodes, kept from dead-code
+# elimination by ``is_checked_op`` (an error check with no output: singular matrices).
+CHECK_OPS = ("aten::_linalg_check_errors",)
+
+
+def is_checked_op(node) -> bool:
+    """Whether an FX node is an error check that must stay in the graph."""
+    return node.op == "call_function" and getattr(node.target, "_name", None) in CHECK_OPS
+
+
+@contextlib.contextmanager
+def functional_mode():
+    """``FunctionalTensorMode`` with the ``CHECK_OPS`` traced as plain ops (no tokens)."""
+    from torch._library.simple_registry import singleton
+
+    holders = [singleton.find(name).effect for name in CHECK_OPS]
+    saved = [h._effect for h in holders]
+    for h in holders:
+        h._effect = None
+    try:
+        with FunctionalTensorMode():
+            yield
+    finally:
+        for h, e in zip(holders, saved):
+            h._effect = e

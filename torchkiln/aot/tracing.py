@@ -17,12 +17,11 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import torch
-from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .analysis import ViewAndMutationMeta, collect_intermediate_bases
 from .fakes import tracing_context
-from .functional import from_fun, to_fun
+from .functional import from_fun, functional_mode, is_checked_op, to_fun
 
 
 def _functional_forward(fn: Callable, meta: ViewAndMutationMeta, f_args: list, clone_mutated: bool) -> list:
@@ -51,7 +50,7 @@ def trace_forward(fn: Callable, meta: ViewAndMutationMeta, fake_args: list, fake
             if keep_input_mutations and not (meta.inputs[i].mutates_metadata or meta.inputs[i].mutates_storage)]
 
     def inference(primals):
-        with FunctionalTensorMode():
+        with functional_mode():
             f_args = [to_fun(a) for a in primals]
             fw_outs = _functional_forward(fn, meta, f_args, clone_mutated=False)
         result = [from_fun(o) for o in fw_outs]
@@ -79,7 +78,7 @@ def trace_joint(fn: Callable, meta: ViewAndMutationMeta, fake_args: list, fake_m
         tangents = [torch.empty(f.shape, dtype=f.dtype, device=f.device) for f in meta.fw_differentiable_fakes]
 
     def joint(primals, tangents):
-        with FunctionalTensorMode():
+        with functional_mode():
             f_args = [to_fun(a) for a in primals]
             f_tangents = [to_fun(t) for t in tangents]
             fw_outs = _functional_forward(fn, meta, f_args, clone_mutated=True)
@@ -106,6 +105,6 @@ def _cleanup(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if node.op == "call_function" and node.target in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
-    gm.graph.eliminate_dead_code()
+    gm.graph.eliminate_dead_code(is_impure_node=lambda n: n.is_impure() or is_checked_op(n))
     gm.recompile()
     return gm

@@ -51,7 +51,7 @@ def register(*ops):
 
 def out_val():
     """The fake value of the node being lowered."""
-    return current_graph().current_node.meta["val"]
+    return current_graph().current_node.meta.get("val")  # None: an op with no output (an error check)
 
 
 def out_size() -> list:
