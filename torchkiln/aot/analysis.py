@@ -9,6 +9,7 @@ call, as in eager).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import Callable, Optional
@@ -162,6 +163,14 @@ class _LeafInplaceCheck(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _ignore_fresh_unbacked_symbols(fake_args):
+    for a in fake_args:
+        mode = getattr(a, "fake_mode", None)
+        if mode is not None and mode.shape_env is not None:
+            return mode.shape_env.ignore_fresh_unbacked_symbols()
+    return contextlib.nullcontext()
+
+
 def run_analysis(fn: Callable, fake_args: list) -> ViewAndMutationMeta:
     """Run ``fn(*fake_args)`` under functionalization and classify inputs and outputs.
 
@@ -171,7 +180,9 @@ def run_analysis(fn: Callable, fake_args: list) -> ViewAndMutationMeta:
     """
     grad_before = torch.is_grad_enabled()
     try:
-        with functional_mode():
+        # data-dependent sizes (nonzero, masked_select, item) made here are never bound to
+        # a graph output: the trace that follows makes its own
+        with _ignore_fresh_unbacked_symbols(fake_args), functional_mode():
             f_args = [to_fun(a) for a in fake_args]
             leaves = [fa for a, fa in zip(fake_args, f_args)
                       if isinstance(a, torch.Tensor) and a.is_leaf and a.requires_grad]

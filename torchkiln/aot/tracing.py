@@ -60,6 +60,7 @@ def trace_forward(fn: Callable, meta: ViewAndMutationMeta, fake_args: list, fake
         drop = {meta.mutated_inputs.index(i) for i in kept}
         return [r for k, r in enumerate(result) if k not in drop]
 
+    _drop_stale_unbacked_symbols(fake_mode)
     with torch.no_grad(), tracing_context(fake_mode):
         gm = make_fx(inference, decomposition_table=decompositions or {})(list(fake_args))
     return _cleanup(gm)
@@ -92,9 +93,19 @@ def trace_joint(fn: Callable, meta: ViewAndMutationMeta, fake_args: list, fake_m
                 per_primal.append(next(it) if isinstance(a, torch.Tensor) and a.requires_grad else None)
         return [from_fun(o) for o in fw_outs] + [from_fun(g) for g in per_primal]
 
+    _drop_stale_unbacked_symbols(fake_mode)
     with torch.enable_grad(), tracing_context(fake_mode, joint=True):
         gm = make_fx(joint, decomposition_table=decompositions or {})(list(fake_args), tangents)
     return _cleanup(gm)
+
+
+def _drop_stale_unbacked_symbols(fake_mode) -> None:
+    """Forget data-dependent sizes (``nonzero``, ``masked_select``, ``item``) made by
+    capture's or the analysis' fake runs: make_fx binds the ones its own trace makes and
+    raises on any other still pending."""
+    shape_env = getattr(fake_mode, "shape_env", None)
+    if shape_env is not None:
+        shape_env.pending_fresh_unbacked_symbols.clear()
 
 
 def _cleanup(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -10,6 +10,7 @@ import operator
 
 import sympy
 import torch
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from . import config, nodes
 from .lowering import fallback_handler, lowerings
@@ -101,6 +102,10 @@ class GraphLowering:
 
     def _lower(self, node, env):
         val = node.meta.get("val")
+        if free_unbacked_symbols(val):
+            # data-dependent sizes (nonzero, masked_select, item): not generated yet; the
+            # caller runs the graph eagerly rather than a wrapper naming unbound symbols
+            raise NotImplementedError(f"data-dependent size in {node.format_node()}")
         if node.op == "placeholder":
             return self._placeholder(node, val)
         if node.op == "output":
