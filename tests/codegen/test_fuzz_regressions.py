@@ -118,3 +118,59 @@ def test_linalg_error_check_stays_in_the_graph():
     torchkiln.reset()
     with pytest.raises(torch.linalg.LinAlgError):
         torchkiln.compile(f, dynamic=False)(torch.zeros(3, 3, dtype=torch.float64))
+
+
+def test_isinf_signbit_isfinite_of_integers():
+    # OpInfo sweep: isinf on int64 failed to build (__builtin_isinf of an integer)
+    def f(a):
+        return torch.isinf(a), torch.signbit(a), torch.isfinite(a)
+
+    check_program(lambda: [torch.tensor([1, -2, 3])], f)
+
+
+def test_seed_400098_buffer_reused_under_an_extern_view():
+    # found by torchkiln.testing.fuzz (seed 400098): view.dtype (an extern view of buf0)
+    # stayed alive as an output while buf0's storage was reused by the next kernel
+    def make_inputs():
+        torch.manual_seed(400098)
+        a2 = torch.randint(0, 4, (5,))
+        return [a2]
+
+    def fn(a2):
+        v5 = torch.where(a2 > 0, a2, a2.narrow(0, 0, 1))
+        v6 = v5.view(v5.dtype)
+        v7 = torch.take(v6, a2)
+        return (v7, v6, )
+
+    check_program(make_inputs, fn)
+
+
+def test_seed_400122_reshape_of_zero_size_tensor():
+    # found by torchkiln.testing.fuzz (seeds 400122, 400123): a reshape of a tensor with
+    # zero elements divided by a zero stride while lowering (graph fell back to eager)
+    def make_inputs():
+        torch.manual_seed(400122)
+        a1 = torch.randn((0, 0, 0, 0)).to(torch.float32)[2:]
+        return [a1]
+
+    def fn(a1):
+        v5 = a1.to(torch.float32)
+        v6 = v5.flatten(0, 1)
+        return (v6, )
+
+    check_program(make_inputs, fn)
+
+    def make_inputs2():
+        torch.manual_seed(400123)
+        a0 = torch.randn((1, 1, 0, 1)).to(torch.float32).expand([0, 0, 0, 0])
+        a1 = torch.randint(0, 4, (0,))
+        return [a0, a1]
+
+    def fn2(a0, a1):
+        v1 = a1.any(0)
+        v2 = torch.pow(v1, a0)
+        v3 = torch.nan_to_num(v2)
+        v7 = v3.flatten()
+        return (v7, )
+
+    check_program(make_inputs2, fn2)

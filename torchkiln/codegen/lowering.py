@@ -553,6 +553,8 @@ def _flat_reindex(old, new):
     from torch.utils._sympy.functions import ModularIndexing
 
     def reindex(idx):
+        if any(n == 0 for n in old):  # no elements: never indexed (and no divisions by 0)
+            return [sympy.Integer(0)] * len(old)
         flat = sympy.Integer(0)
         for i, n in zip(idx, new):
             flat = flat * n + i

@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from .ir import FusedKernel
-from .nodes import Buffer, ComputedBuffer, InputBuffer, MultiOutput, MutationBuffer, ReinterpretView
+from .nodes import Buffer, ComputedBuffer, ExternKernel, InputBuffer, MultiOutput, MutationBuffer, ReinterpretView
 from .printers import pexpr
 
 
@@ -98,6 +98,14 @@ class WrapperCodegen:
             if isinstance(out, (Buffer, ReinterpretView)):
                 uses[out.name] = len(self.entries)
         self._extend_to_waits(uses)
+        # an extern view op's result shares its input's storage (view.dtype, as_strided...):
+        # the input lives as long as the result, or its storage is reused under the view
+        for e in reversed(self.entries):
+            if isinstance(e, MultiOutput) and e.name in uses and _may_alias(e.parent):
+                uses[e.parent.name] = max(uses.get(e.parent.name, -1), uses[e.name])
+            elif isinstance(e, ExternKernel) and e.name in uses and _may_alias(e):
+                for name in self._entry_names(e)[1:]:
+                    uses[name] = max(uses.get(name, -1), uses[e.name])
         return uses
 
     def _extend_to_waits(self, uses) -> None:
@@ -231,3 +239,12 @@ class WrapperCodegen:
             return f"{buf.name} = reinterpret({old}, {self.shape(lay.size)}, {self.shape(lay.stride)}, 0); del {old}  # reuse"
         return (f"{buf.name} = empty_strided({self.shape(lay.size)}, {self.shape(lay.stride)}, "
                 f"dtype={self.const(lay.dtype)}, device={self.const(lay.device)})")
+
+
+def _may_alias(e) -> bool:
+    """Whether an extern kernel's result may share storage with an argument (a view op,
+    or an op without a schema)."""
+    schema = getattr(e.op, "_schema", None)
+    if schema is None:
+        return True
+    return any(r.alias_info is not None for r in schema.returns)

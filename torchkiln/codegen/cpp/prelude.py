@@ -120,9 +120,9 @@ template <typename T> static inline double cos(T a) { return ::cos(static_cast<d
 static inline double exp(double a) { return __builtin_exp(a); }
 static inline double erf(double a) { return __builtin_erf(a); }
 static inline double tanh(double a) { return __builtin_tanh(a); }
-template <typename T> static inline bool signbit(T a) { return __builtin_signbit(a); }
-template <typename T> static inline bool isinf(T a) { return __builtin_isinf(a); }
-template <typename T> static inline bool isfinite(T a) { return __builtin_isfinite(a); }
+template <typename T> static inline bool signbit(T a) { return __builtin_signbit(static_cast<double>(a)); }  // ints too
+template <typename T> static inline bool isinf(T a) { return __builtin_isinf(static_cast<double>(a)); }  // ints too
+template <typename T> static inline bool isfinite(T a) { return __builtin_isfinite(static_cast<double>(a)); }  // ints too
 template <typename T> static inline T min(T a, T b) { return b < a ? b : a; }
 template <typename T> static inline T max(T a, T b) { return a < b ? b : a; }
 
