@@ -174,3 +174,25 @@ def test_seed_400122_reshape_of_zero_size_tensor():
         return (v7, )
 
     check_program(make_inputs2, fn2)
+
+
+def test_seed_400245_extern_result_restrided_to_an_expanded_layout():
+    # found by torchkiln.testing.fuzz (seed 400245): view.dtype of an expanded value came
+    # back dense; copying it into the expanded (stride 0) layout raised in copy_
+    def make_inputs():
+        torch.manual_seed(400245)
+        a0 = torch.randn(()).to(torch.float32)
+        return [a0]
+
+    def fn(a0):
+        v0 = (a0 * a0)
+        v1 = (a0 + 1)
+        v2 = v1.reshape(-1)
+        v3 = v2.expand([2])
+        v4 = v3.view(v3.dtype)
+        v5 = torch.sigmoid(v4)
+        v6 = torch.pow(v5, v0)
+        v7 = v6.amax(0, keepdim=True)
+        return (v7, v4, )
+
+    check_program(make_inputs, fn)
