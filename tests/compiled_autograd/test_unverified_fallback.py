@@ -62,3 +62,23 @@ def test_config_switch_runs_eagerly():
     for e, a in zip(expected, actual):
         torch.testing.assert_close(a, e)
     assert counters["compiled_autograd"]["captures"] == 0
+
+
+def test_opt_in_captures_on_an_unverified_version(monkeypatch):
+    monkeypatch.setenv(protocol.OPT_IN, "1")
+    assert protocol.unverified_reason() is None
+
+
+def test_accumulate_grad_returns_none_in_the_three_argument_form():
+    """torch 2.11's engine calls ``accumulate_grad(variable, grad, has_post_hooks)`` and
+    asserts the result is None (python_compiled_autograd.cpp:305); 2.13's passes the
+    leaf's current grad too and uses the returned grad."""
+    from types import SimpleNamespace
+
+    from torchkiln.compiled_autograd.tracer import AutogradCapture
+
+    leaf, grad = torch.zeros(2), torch.ones(2)
+    stub = SimpleNamespace(input_index={id(leaf): 0}, accumulates=[], origin="")
+    assert AutogradCapture.accumulate_grad(stub, leaf, grad, False) is None
+    assert AutogradCapture.accumulate_grad(stub, leaf, None, grad, False) is grad
+    assert [r.grad for r in stub.accumulates] == [grad, grad]

@@ -26,8 +26,11 @@ validate_outputs        (_, outputs, args, output_metadata)            same
 proxy_call_backward     (inputs, output_metadatas, saved_tensors,      same
                         backward_idx, ctx, backward_state_idx,
                         opaque_object_indices)
-accumulate_grad         (variable, variable_grad, grad,                (variable, grad, has_post_hooks):
-                        has_post_hooks) -> grad                        handled (3-argument form)
+accumulate_grad         (variable, variable_grad, grad,                (variable, grad, has_post_hooks) -> None:
+                        has_post_hooks) -> grad                        the engine asserts the None
+                                                                       (stuff.is_none(), python_compiled_
+                                                                       autograd.cpp:305, the GPU log's
+                                                                       assert); handled (3-argument form)
 tensor/node hooks       tensor_pre_hook(inputs, id, i),                same
                         cpp_tensor_pre_hook(inputs, id, i),
                         pre_hook(inputs, id), post_hook(outputs,
@@ -48,12 +51,16 @@ on that torch) get our compiler: on any other minor version ``enable`` warns onc
 runs the backward on the plain eager engine (:func:`unverified_reason`), since a
 protocol mismatch surfaces inside the C++ engine as an INTERNAL ASSERT (torch 2.11:
 ``stuff.is_none()`` at python_compiled_autograd.cpp:305), not as a clean error.
+``TORCHKILN_CA_UNVERIFIED_PROTOCOL=1`` captures anyway: how a new version is verified.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
 VERIFIED = {(2, 13)}
+OPT_IN = "TORCHKILN_CA_UNVERIFIED_PROTOCOL"  # =1: capture on an unverified torch anyway (to verify it)
 REQUIRED = ("set_autograd_compiler", "clear_cache", "set_verbose_logger", "call_cpp_tensor_pre_hooks")
 
 
@@ -71,7 +78,7 @@ def unverified_reason() -> str | None:
     """``None`` when this torch's engine protocol is one torchkiln verified, else why the
     backward runs eagerly instead (the warning text and the tests' skip reason)."""
     major, minor = torch_version()
-    if (major, minor) not in VERIFIED:
+    if (major, minor) not in VERIFIED and os.environ.get(OPT_IN) != "1":
         return f"compiled autograd: torch {major}.{minor}'s engine protocol is not verified; running the backward eagerly"
     missing = [name for name in REQUIRED if not hasattr(engine(), name)]
     if missing:

@@ -257,13 +257,17 @@ class AutogradCapture:
         return old_var + new_var
 
     def accumulate_grad(self, variable, variable_grad, grad, has_post_hooks=None):
-        if has_post_hooks is None:  # extensions built against the older 3-argument call
+        """2.13: ``(variable, variable_grad, grad, has_post_hooks) -> grad``.  The older
+        3-argument call ``(variable, grad, has_post_hooks)`` (torch 2.11's engine) must
+        return ``None``: that engine asserts it (``stuff.is_none()``)."""
+        three_argument = has_post_hooks is None
+        if three_argument:
             grad, has_post_hooks = variable_grad, bool(grad)
         index = self.input_index.get(id(variable))
         if index is None:
             raise AssertionError("compiled autograd: accumulate_grad on a tensor that is not a lifted input")
         self.accumulates.append(AccumulateRecord(index, grad, origin=self.origin))
-        return grad
+        return None if three_argument else grad
 
     def proxy_call_backward(self, inputs, output_metadatas, saved_tensors, backward_idx, ctx,
                             maybe_backward_state_idx=None, opaque_object_indices=()):
