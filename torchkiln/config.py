@@ -24,30 +24,32 @@ class Config:
     def __init__(self, name: str, **defaults: Any) -> None:
         object.__setattr__(self, "_name", name)
         object.__setattr__(self, "_defaults", dict(defaults))
-        object.__setattr__(self, "_values", dict(defaults))
+        # Settings live in the instance __dict__ (plain attribute reads on the hot path,
+        # and tools that save and restore instance attributes, such as pytest's
+        # monkeypatch since 9.2, see and restore them).
+        self.__dict__.update(defaults)
 
-    def __getattr__(self, key: str) -> Any:
-        values = object.__getattribute__(self, "_values")
-        if key in values:
-            return values[key]
-        raise AttributeError(f"{self._name} has no setting {key!r}")
+    def __getattr__(self, key: str) -> Any:  # only reached for a name that is not a setting
+        raise AttributeError(f"{object.__getattribute__(self, '_name')} has no setting {key!r}")
 
     def __setattr__(self, key: str, value: Any) -> None:
-        if key not in self._values:
+        if key not in self._defaults:
             raise AttributeError(f"{self._name} has no setting {key!r}")
-        self._values[key] = value
+        self.__dict__[key] = value
+
+    def __delattr__(self, key: str) -> None:
+        raise AttributeError(f"{self._name}: settings cannot be deleted ({key!r}); use reset()")
 
     def __dir__(self):
-        return sorted(self._values)
+        return sorted(self._defaults)
 
     def to_dict(self) -> dict[str, Any]:
         """A copy of every setting, e.g. for a cache key."""
-        return dict(self._values)
+        return {k: self.__dict__[k] for k in self._defaults}
 
     def reset(self) -> None:
         """Restore every setting to its default."""
-        self._values.clear()
-        self._values.update(self._defaults)
+        self.__dict__.update(self._defaults)
 
     def patch(self, arg1: Any = None, arg2: Any = None, **kwargs: Any) -> "_Patch":
         """Temporarily change settings; a context manager and a decorator."""
@@ -61,7 +63,7 @@ class Config:
             raise TypeError(f"patch() takes a name and value, a dict or keywords, not {arg1!r}")
         changes.update(kwargs)
         for key in changes:
-            if key not in self._values:
+            if key not in self._defaults:
                 raise AttributeError(f"{self._name} has no setting {key!r}")
         return _Patch(self, changes)
 
