@@ -208,9 +208,13 @@ def worker_main(module_name: str, start: int, fd: int) -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
-    import torchkiln  # noqa: F401 - import once, before the first test
+    try:
+        import torchkiln  # noqa: F401 - import once, before the first test
 
-    cases = collect(module_name)
+        cases = collect(module_name)
+    except BaseException:  # noqa: BLE001 - say why, then exit: the parent reports it
+        emit(event="fatal", detail=traceback.format_exc()[-2000:])
+        raise
     emit(event="count", n=len(cases))
     for i in range(start, len(cases)):
         case = cases[i]
@@ -337,6 +341,8 @@ def run_module(module_name: str, timeout_s: float = TEST_TIMEOUT_S) -> ModuleRes
                     break
                 msg = json.loads(line)
                 ev = msg["event"]
+                if ev == "fatal":
+                    raise RuntimeError(f"{module_name}: worker failed before a test:\n{msg['detail']}")
                 if ev == "count":
                     total = msg["n"]
                     deadline = time.time() + timeout_s + KILL_GRACE_S
