@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def worker(cache_dir, *extra, env=None):
-    e = dict(os.environ, PYTHONPATH=REPO, TORCHKILN_CACHE_DIR=str(cache_dir), **(env or {}))
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p), TORCHKILN_CACHE_DIR=str(cache_dir), **(env or {}))
     return subprocess.Popen([sys.executable, "-m", "tests.cache._worker", *extra], cwd=REPO, env=e,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -67,7 +67,7 @@ def test_same_key_for_renamed_locals():
 def test_same_key_across_processes_and_working_directories(tmp_path):
     here = all_keys()
     code = "import json; from tests.cache.test_keys import all_keys; print(json.dumps(all_keys()))"
-    env = dict(os.environ, PYTHONPATH=REPO)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -17,6 +17,7 @@ from torchkiln.utils.counters import counters
 @pytest.fixture(autouse=True)
 def _unverified(monkeypatch):
     monkeypatch.setattr(protocol, "VERIFIED", set())
+    monkeypatch.delenv(protocol.OPT_IN, raising=False)
     monkeypatch.setattr(compiled_autograd, "_warned", set())
     torchkiln.reset()
     yield
