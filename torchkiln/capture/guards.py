@@ -140,6 +140,13 @@ class GuardBuilder:
         self.add(f"___is_grad_enabled() is {enabled}",
                  lambda L: f"GLOBAL_STATE changed: grad_mode. expected {enabled}")
 
+    def global_state(self, key: str, value) -> None:
+        """Global state read while tracing (autocast per device, inference mode) is what it
+        was: ``key`` as in :func:`global_state`."""
+        self.env.setdefault("___global_state", global_state)
+        self.add(f"___global_state({key!r}) == {self.const(value)}",
+                 lambda L: f"GLOBAL_STATE changed: {key}. expected {value}")
+
     def build(self) -> "Guard":
         self.env.setdefault("___Tensor", torch.Tensor)
         self.env.setdefault("___inf", math.inf)
@@ -154,6 +161,40 @@ class GuardBuilder:
             p.shown = (p.shown.replace("___Tensor", "torch.Tensor").replace("___is_grad_enabled", "torch.is_grad_enabled")
                        .replace("___inf", "math.inf"))
         return Guard(check, [p.shown for p in self.parts], parts, source)
+
+
+def global_state(key: str):
+    """The global state ``key`` names: ``"autocast:<device>"`` -> (enabled, dtype),
+    ``"autocast_cache"`` / ``"inference_mode"`` -> bool."""
+    if key == "autocast_cache":
+        return torch.is_autocast_cache_enabled()
+    if key == "inference_mode":
+        return torch.is_inference_mode_enabled()
+    device = key.partition(":")[2]
+    return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+
+
+def entry_global_state() -> dict:
+    """Every key :func:`global_state` knows, with its value now (taken when a frame is
+    entered, before its contexts change the state; a few microseconds)."""
+    keys = ["autocast_cache", "inference_mode"]
+    keys += [f"autocast:{d}" for d in _AUTOCAST_DEVICES]
+    return {k: global_state(k) for k in keys}
+
+
+def _autocast_devices():
+    devices = []
+    for d in torch._C._autocast_supported_devices():
+        try:
+            torch.get_autocast_dtype(d)
+        except Exception:  # noqa: BLE001 - a device type this build does not know
+            continue
+        devices.append(d)
+    return tuple(devices)
+
+
+_AUTOCAST_DEVICES = _autocast_devices()
+
 
 
 def _guard_source(codes: list[str]) -> str:

@@ -22,6 +22,7 @@ from bytecode.instr import CellVar, FreeVar
 
 from ..exc import Unsupported
 from .codegen import RuntimeCodegen, breaking_code, returning_code, wrap_callee
+from .guards import entry_global_state, global_state
 from .frame import SKIP_MODULES, BreakReason, CacheEntry, LazyLocal, bind_locals, call_with_locals
 from .resume import resume_function
 from .source import attr_source, global_source, globals_dict_name, item_source, local_source
@@ -986,8 +987,15 @@ class InstructionTranslator(InstructionTranslatorBase):
             raise Unsupported(f"{e}\n  (at {e.user_stack}; fullgraph=True does not allow graph breaks)") from e
         raise RestartAt(ip, str(e), e.user_stack) from e
 
+    def guard_global_state(self, key):
+        """Guard the global state ``key`` (see :func:`.guards.global_state`) on the
+        value it had when the frame was entered (a context entered in the frame changed it
+        for real while tracing, so the entry value is the one taken in ``run``)."""
+        self.output.guards.global_state(key, self.entry_state[key] if key in self.entry_state else global_state(key))
+
     def run(self):
         self.initial_grad = torch.is_grad_enabled()
+        self.entry_state = entry_global_state()
         try:
             try:
                 result = self.run_body()

@@ -11,6 +11,7 @@ import types
 
 import torch
 
+from ..guards import global_state
 from .base import ConstantVariable, ValueVariable, unsupported
 
 
@@ -35,9 +36,7 @@ _FALSE = {id(f) for f in (torch.jit.is_scripting, torch.jit.is_tracing, torch._C
                           _maybe("torch.fx._symbolic_trace.is_fx_tracing"),
                           _maybe("torch.compiler.is_exporting")) if f is not None}  # boundary: ok
 _FOLD = {id(f) for f in (torch.finfo, torch.iinfo, torch.get_default_dtype, torch.is_grad_enabled,
-                         torch.is_autocast_enabled, torch.promote_types, torch.can_cast,
-                         torch.is_inference_mode_enabled, torch.cuda.is_available, torch.device,
-                         torch.get_autocast_dtype if hasattr(torch, "get_autocast_dtype") else None,
+                         torch.promote_types, torch.can_cast, torch.cuda.is_available, torch.device,
                          torch._C._get_cublas_allow_tf32, torch.are_deterministic_algorithms_enabled,
                          torch.is_deterministic_algorithms_warn_only_enabled)}
 _BREAK = {id(f) for f in (torch.manual_seed, torch.seed, torch.set_default_dtype, torch.use_deterministic_algorithms,
@@ -67,6 +66,50 @@ def is_torch_function(value) -> bool:
     return False
 
 
+# Queries of global state that is not guarded on every call (autocast, inference mode):
+# folded at trace time to their value, guarded on the state the frame was entered with
+# (as TorchDynamo's GLOBAL_STATE guard covers them).  fn -> (args -> state key).
+_DEVICE_QUERIES = {torch.is_autocast_enabled: None, torch.get_autocast_dtype: None,
+                   torch.is_autocast_cpu_enabled: "cpu", torch.get_autocast_cpu_dtype: "cpu",
+                   torch.get_autocast_gpu_dtype: "cuda"}
+_STATE_QUERIES = {torch.is_autocast_cache_enabled: "autocast_cache",
+                  torch.is_inference_mode_enabled: "inference_mode"}
+
+
+def global_state_query(fn, args, kwargs):
+    """``tx -> tracker`` folding a call of a global-state query, or None if ``fn`` is not one
+    (or its arguments are not constants, or it raises: then it is traced as a call)."""
+    if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+        return None
+    try:
+        key = _STATE_QUERIES.get(fn)
+        if key is None and fn in _DEVICE_QUERIES:
+            device = _DEVICE_QUERIES[fn]
+            if device is None:
+                if kwargs or len(args) > 1:
+                    return None
+                device = args[0].as_python_constant() if args else "cuda"  # torch's default for the old form
+            if not isinstance(device, str):
+                return None
+            key = f"autocast:{device}"
+    except TypeError:  # an unhashable argument
+        return None
+    if key is None:
+        return None
+    try:
+        value = fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
+        global_state(key)
+    except Exception:  # noqa: BLE001 - e.g. an unknown device: the call runs and raises as eager
+        return None
+
+    def fold(tx):
+        from .builder import wrap_constant_like
+
+        tx.root.guard_global_state(key)
+        return wrap_constant_like(tx, value)
+    return fold
+
+
 class TorchVariable(ValueVariable):
     """A torch function, ``torch.nn.functional`` function, ATen op or Tensor method."""
 
@@ -85,6 +128,9 @@ class TorchVariable(ValueVariable):
             return ConstantVariable(True)
         if id(fn) in _FALSE:
             return ConstantVariable(None if fn is torch._C._get_tracing_state else False)
+        query = global_state_query(fn, args, kwargs)
+        if query is not None:
+            return query(tx)
         if fn is torch._C._set_grad_enabled or fn is torch.set_grad_enabled:
             from .ctx_manager import GradModeVariable, set_grad
 
