@@ -130,9 +130,16 @@ def returning_code(compiled, inputs, side_effects, result):
     return run
 
 
-def breaking_code(compiled, inputs, side_effects, stack, local_values, step):
+def breaking_code(compiled, inputs, side_effects, stack, local_values, step, handler=None):
     """Transformed code of a frame that graph-breaks: graph, then ``step`` in Python,
-    then the resume function ``step`` chooses."""
+    then the resume function ``step`` chooses.
+
+    ``handler``: for a break inside a ``try``/``with`` range, the handler resume function
+    (see :func:`~.resume.resume_code` with ``raising=True``): an exception of ``step`` is
+    passed to it with the stack and locals of the break, and the frame's own handlers run
+    natively in it; without one, the contexts re-entered for the break are exited and
+    the exception propagates.
+    """
     def run(L):
         rt = Runtime(L, compiled(*inputs(L)))
         if side_effects is not None:
@@ -140,12 +147,17 @@ def breaking_code(compiled, inputs, side_effects, stack, local_values, step):
         values = [r(rt) for r in stack]
         locals_ = [r(rt) for r in local_values]
         try:
-            values, resume = step(rt, values)
+            after, resume = step(rt, values)
         except BaseException as e:
-            for ctx in reversed(rt.entered):
-                ctx.__exit__(type(e), e, e.__traceback__)
-            raise
-        return resume(*values, *locals_)
+            if handler is None:
+                for ctx in reversed(rt.entered):
+                    ctx.__exit__(type(e), e, e.__traceback__)
+                raise
+            exc = e
+        else:
+            return resume(*after, *locals_)
+        # outside the except block: the handler sees the caller's sys.exc_info(), as eagerly
+        return handler(exc, *values, *locals_)
     return run
 
 

@@ -21,14 +21,22 @@ _cache: dict[tuple, types.CodeType] = {}
 
 
 def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ...], local_names: tuple[str, ...],
-                lineno: int, cell_names: tuple[str, ...] = ()) -> types.CodeType:
+                lineno: int, cell_names: tuple[str, ...] = (), raising: bool = False) -> types.CodeType:
     """Code resuming ``code`` at item ``position`` of ``Bytecode.from_code(code)``.
 
     ``stack_nulls[i]`` is True where stack slot ``i`` holds CPython's NULL.  The new code
     takes ``(*non-null stack values, *local_names)`` positionally; the locals named in
     ``cell_names`` are passed as cell objects, so their MAKE_CELL is dropped.
+
+    ``raising=True`` makes a *handler resume*: it takes the exception first
+    (``(___exc, *stack values, *locals)``) and raises it from just before item
+    ``position``, inside the same exception-table range, so the frame's own
+    ``except``/``finally``/``with`` handlers see it exactly as when the breaking
+    instruction raised there eagerly (CPython pops the stack to the handler's depth).
+    The raise sits behind a jump, so code reaching ``position`` by falling through (a
+    loop's next iteration) runs on unchanged.
     """
-    key = (code, position, stack_nulls, local_names, cell_names)
+    key = (code, position, stack_nulls, local_names, cell_names, raising)
     cached = _cache.get(key)
     if cached is not None:
         return cached
@@ -42,6 +50,14 @@ def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ..
     target = Label()
     body = items[header_end + 1:]
     body.insert(position - header_end - 1, target)
+    if raising:
+        # The target label sits right before item ``position``, after any TryBegin of its range.
+        at = body.index(target)
+        skip = Label()
+        body[at: at + 1] = [Instr("JUMP_FORWARD", skip, lineno=lineno), target,
+                            Instr("LOAD_FAST", "___exc", lineno=lineno), Instr("LOAD_CONST", None, lineno=lineno),
+                            Instr("STORE_FAST", "___exc", lineno=lineno), Instr("RAISE_VARARGS", 1, lineno=lineno),
+                            skip]
     stack_names = [f"___stack{i}" for i, null in enumerate(stack_nulls) if not null]
     prologue = []
     names = iter(stack_names)
@@ -49,11 +65,11 @@ def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ..
         prologue.append(Instr("PUSH_NULL", lineno=lineno) if null else Instr("LOAD_FAST", next(names), lineno=lineno))
     prologue.append(Instr("JUMP_FORWARD", target, lineno=lineno))
     new = Bytecode(header + prologue + body)
-    new.argnames = stack_names + list(local_names)
+    new.argnames = ["___exc"] * raising + stack_names + list(local_names)
     new.argcount = len(new.argnames)
     new.posonlyargcount = 0
     new.kwonlyargcount = 0
-    new.name = f"torchkiln_resume_in_{code.co_name}_at_{lineno}"
+    new.name = f"torchkiln_{'handle' if raising else 'resume'}_in_{code.co_name}_at_{lineno}"
     if hasattr(new, "qualname"):
         new.qualname = new.name
     new.filename = bc.filename
@@ -73,10 +89,11 @@ def _placeholder_closure(code: types.CodeType):
 
 
 def resume_function(fn: types.FunctionType, position: int, stack_nulls, local_names, lineno,
-                    cell_names=()) -> types.FunctionType:
+                    cell_names=(), raising=False) -> types.FunctionType:
     """The resume function of ``fn`` (see :func:`resume_code`), with ``fn``'s globals and
     closure.  Raises :class:`~.verify.InvalidCode` when the code fails verification."""
-    code = resume_code(fn.__code__, position, tuple(stack_nulls), tuple(local_names), lineno, tuple(cell_names))
+    code = resume_code(fn.__code__, position, tuple(stack_nulls), tuple(local_names), lineno, tuple(cell_names),
+                       raising)
     if len(code.co_freevars) != len(fn.__closure__ or ()):
         verify_code(code, fn.__closure__)  # raises: the closure does not fit
     return types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)

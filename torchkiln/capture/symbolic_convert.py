@@ -1089,7 +1089,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         if self.code.co_flags & 0x20:
             unsupported("graph break in a generator")
         name = inst.name
-        if name not in _BREAKABLE or (region is not None and not self._is_context_region(region)) or any(
+        if name not in _BREAKABLE or any(
                 getattr(v, "user_context_exit", False) for v in self.stack) or (  # a user __exit__ must see exceptions
                 name == "CALL" and self._calls_frame_builtin(inst.arg)):
             return self.finish_native_tail(ip, reason)
@@ -1121,6 +1121,13 @@ class InstructionTranslator(InstructionTranslatorBase):
             rfn = resume_function(fn, pos, stack_nulls + extra_nulls, local_names, lineno, cell_names)
             return wrapper(rfn)
 
+        handler = None
+        if region is not None:
+            # Inside try/with: an exception of the breaking call (or of the branch's bool())
+            # is re-raised inside the same exception-table range of a native copy of the
+            # frame, so the frame's own handlers see it as eagerly (see resume_code).
+            handler = resume_function(fn, self.positions[self._instruction_start(ip)], stack_nulls, local_names,
+                                      lineno, cell_names, raising=True)
         if name in ("CALL", "CALL_FUNCTION_EX"):
             fn_r = cg.recipe(fn_vt)
             arg_rs = [cg.recipe(a) for a in arg_vts]
@@ -1151,8 +1158,16 @@ class InstructionTranslator(InstructionTranslatorBase):
                 return values, fall
         side = self._epilogue(self.output.side_effects.replay_recipe(cg))
         compiled, gm = self.output.compile(self.backend, cg.outputs, self.fullgraph)
-        run = breaking_code(compiled, cg.inputs_getter(), side, stack_recipes, local_recipes, step)
+        run = breaking_code(compiled, cg.inputs_getter(), side, stack_recipes, local_recipes, step, handler)
         return self._entry(run, gm, [reason])
+
+    def _instruction_start(self, ip):
+        """Index of the first instruction of the breaking instruction ``ip`` (a CALL's
+        PRECALL / KW_NAMES set state the CALL reads: nothing may run between them)."""
+        start = ip
+        while start > 0 and self.instructions[start - 1].name in ("PRECALL", "KW_NAMES"):
+            start -= 1
+        return start
 
     def _live_locals(self, cg):
         """Names and recipes of the locals a resume function takes (cells as cells)."""
@@ -1170,9 +1185,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         instructions that are not a call or a jump).  A breaking call's callee still goes
         through ``compile_wrapper``."""
 
-        start = ip
-        while start > 0 and self.instructions[start - 1].name in ("PRECALL", "KW_NAMES"):
-            start -= 1  # KW_NAMES sets state CALL reads; resume before it
+        start = self._instruction_start(ip)
         inst = self.instructions[ip]
         callee_slot = None
         if inst.name == "CALL":
