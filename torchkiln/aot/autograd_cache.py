@@ -72,7 +72,11 @@ _decomp_digests: dict = {}
 
 
 def _decompositions_digest(decomps: dict) -> str:
-    """Digest of a decomposition table (op → function), memoized per table object."""
+    """Digest of a decomposition table (op → function), memoized per table object; a
+    table that names itself (``cache_digest``, e.g. codegen's lazy one) is not read."""
+    named = getattr(decomps, "cache_digest", None)
+    if isinstance(named, str):
+        return named
     cached = _decomp_digests.get(id(decomps))
     if cached is not None and cached[0] is decomps and cached[1] == len(decomps):
         return cached[2]

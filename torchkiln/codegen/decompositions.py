@@ -3,6 +3,7 @@ better than a library kernel (softmax, layer_norm, gelu... become reductions and
 pointwise ops the scheduler fuses into one kernel)."""
 from __future__ import annotations
 
+import collections.abc
 import functools
 
 import torch
@@ -50,6 +51,28 @@ def _table():
     return table
 
 
-def decompositions() -> dict:
-    """``{OpOverload: decomposition}`` for AOT autograd (a fresh dict each call)."""
-    return dict(_table())
+class DecompositionTable(collections.abc.Mapping):
+    """``{OpOverload: decomposition}``, built on first lookup: building it walks torch's
+    whole op registry (~0.2 s), which a compile served from the AOT autograd cache never
+    needs.  ``cache_digest`` names the table for cache keys without building it: its
+    contents follow from torch's version and torchkiln's source, which every key holds
+    (:func:`torchkiln.cache.keys.versions`)."""
+
+    cache_digest = "torchkiln.codegen.decompositions"
+
+    def __getitem__(self, op):
+        return _table()[op]
+
+    def __iter__(self):
+        return iter(_table())
+
+    def __len__(self) -> int:
+        return len(_table())
+
+    def __bool__(self) -> bool:  # ``table or {}`` must not build it
+        return True
+
+
+def decompositions() -> DecompositionTable:
+    """The table for AOT autograd (read-only; ``dict(...)`` it to change it)."""
+    return DecompositionTable()

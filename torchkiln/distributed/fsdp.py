@@ -15,13 +15,20 @@ from __future__ import annotations
 
 from ..capture.api import skip_code
 
+_FSDP_COMMON = "torch.distributed.fsdp._fully_shard._fsdp_common"
+
 
 def install() -> None:
-    """Register FSDP2's hook wrapper as never captured (no-op where FSDP2 is absent)."""
-    try:
-        from torch.distributed.fsdp._fully_shard import _fsdp_common
-    except ImportError:
-        return
+    """Register FSDP2's hook wrapper as never captured once FSDP2 is imported (no-op
+    where it is absent).  Importing ``torch.distributed.fsdp`` costs ~0.25 s, so
+    ``import torchkiln`` does not: the registration runs when the user's program (or
+    anything else) imports it, through a post-import hook."""
+    from wrapt import register_post_import_hook
+
+    register_post_import_hook(_register, _FSDP_COMMON)
+
+
+def _register(_fsdp_common) -> None:
     disable = getattr(_fsdp_common, "_dynamo_disable", None)
     if disable is None:
         return
