@@ -65,6 +65,7 @@ def test_subprocess_isolation_survives_a_crash(monkeypatch):
     assert rows[0]["status"] == "error" and "exited with 3" in rows[0]["error"]
     assert rows[1]["status"] == "ok", rows[1].get("error")
     assert rows[1]["compile_warm_s"] > 0  # the warm subprocess ran too
+    assert rows[1]["compile_warm_s"] <= rows[1]["warm_start_s"]  # spawn to the end of the first step
 
 
 def test_missing_transformers_is_a_skip(monkeypatch):

@@ -40,8 +40,16 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
             "speedup_geomean": geomean([r.get("speedup") for r in ours]),
             "peer_speedup_geomean": geomean([r.get("peer_speedup") for r in peers]),
             "vs_peer_geomean": geomean([r["peer_ms"] / r["ms"] for r in both if r.get("ms") and r.get("peer_ms")]),
+            "warm_ratio_geomean": geomean([warm_ratio(r) for r in both]),
         }
     return summary
+
+
+def warm_ratio(row: dict) -> float | None:
+    """torchkiln's warm start over torch.compile's (each a new process with full caches,
+    spawn to the end of the first step); below 1 is faster."""
+    ours, peer = row.get("warm_start_s"), row.get("peer_warm_start_s")
+    return ours / peer if ours and peer else None
 
 
 def failed(rows: list[dict]) -> bool:
@@ -65,7 +73,8 @@ def summary_line(summary: dict, peer: bool, elapsed_s: float | None = None) -> s
         s = summary[mode]
         text = f"{mode} {_x(s['speedup_geomean'])} vs eager ({s['rows_ok']} ok)"
         if peer:
-            text += f", torch.compile {_x(s['peer_speedup_geomean'])}, torchkiln/torch.compile {_x(s['vs_peer_geomean'])}"
+            text += (f", torch.compile {_x(s['peer_speedup_geomean'])}, torchkiln/torch.compile {_x(s['vs_peer_geomean'])}"
+                     f", warm start kiln/peer {_fmt(s.get('warm_ratio_geomean'), '.3f')}")
         parts.append(text)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(summary["counts"].items()))
     line = "geomean speedup: " + "; ".join(parts) + f" | rows: {counts}"
@@ -78,11 +87,12 @@ def table(rows: list[dict], peer: bool, title: str) -> Table:
     mem_kind = next((r["mem_kind"] for r in rows if r.get("mem_kind")), "rss")
     t = Table(title=title, title_justify="left", header_style="bold")
     for name, justify in [("model", "left"), ("mode", "left"), ("status", "left"), ("graphs/breaks", "right"),
-                          ("compile s cold/warm", "right"), ("eager ms", "right"), ("kiln ms", "right"),
+                          ("compile s cold/warm", "right"), ("warm start s", "right"), ("eager ms", "right"), ("kiln ms", "right"),
                           ("speedup", "right"), (f"peak MB ({mem_kind}) eager/kiln", "right")]:
         t.add_column(name, justify=justify)
     if peer:
-        for name in ("peer status", "peer compile s cold/warm", "peer ms", "peer speedup", "kiln/peer"):
+        for name in ("peer status", "peer compile s cold/warm", "peer warm start s", "warm kiln/peer", "peer ms",
+                     "peer speedup", "kiln/peer"):
             t.add_column(name, justify="right")
     t.add_column("note", overflow="fold", max_width=60)
     for r in rows:
@@ -90,14 +100,14 @@ def table(rows: list[dict], peer: bool, title: str) -> Table:
         cells = [Text(r["model"]), r["mode"], Text(status, STATUS_STYLE.get(status, "")),
                  f"{_fmt(r.get('graphs'), 'd')}/{_fmt(r.get('graph_breaks'), 'd')}",
                  f"{_fmt(r.get('compile_cold_s'), '.2f')}/{_fmt(r.get('compile_warm_s'), '.2f')}",
-                 _fmt(r.get("eager_ms"), ".2f"), _fmt(r.get("ms"), ".2f"), _x(r.get("speedup")),
+                 _fmt(r.get("warm_start_s"), ".2f"), _fmt(r.get("eager_ms"), ".2f"), _fmt(r.get("ms"), ".2f"), _x(r.get("speedup")),
                  f"{_fmt(r.get('eager_peak_mb'), '.0f')}/{_fmt(r.get('peak_mb'), '.0f')}"]
         if peer:
             ps = r.get("peer_status", "-")
             vs = r["peer_ms"] / r["ms"] if r.get("peer_ms") and r.get("ms") else None
             cells += [Text(ps, STATUS_STYLE.get(ps, "")),
                       f"{_fmt(r.get('peer_compile_cold_s'), '.2f')}/{_fmt(r.get('peer_compile_warm_s'), '.2f')}",
-                      _fmt(r.get("peer_ms"), ".2f"), _x(r.get("peer_speedup")), _x(vs)]
+                      _fmt(r.get("peer_warm_start_s"), ".2f"), _fmt(warm_ratio(r), ".3f"), _fmt(r.get("peer_ms"), ".2f"), _x(r.get("peer_speedup")), _x(vs)]
         note = r.get("error") or r.get("note") or ""
         if not note and r.get("graphs") == 0 and status == "ok":
             note = "no graph captured: ran eagerly"

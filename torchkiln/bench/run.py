@@ -11,7 +11,11 @@ compared with eager's (:mod:`.correctness`).  Then:
 * ``phase="cold"``: ``warmup`` untimed and ``repeat`` timed steps per variant, the
   variants' steps interleaved, give the steady-state medians;
 * ``phase="warm"`` (a new process with the caches the cold one left): a few steps of
-  one variant at a time give its peak memory (:mod:`.measure`).
+  one variant at a time give its peak memory (:mod:`.measure`).  With ``only`` (the
+  suite's per-variant warm process) that variant's first call runs *before* eager's,
+  and ``warm_start_s`` is the wall time from the process's spawn (``spawn_time``, set
+  by the parent) to the end of that first step: interpreter start, imports, building
+  the model, compile and the step -- what a user restarting a job waits for.
 
 Training steps include ``zero_grad`` and an ``AdamW`` step, which run eagerly in every
 variant.  Failures never escape: a variant that raises gets ``status="error"`` with
@@ -24,6 +28,7 @@ import copy
 import dataclasses
 import functools
 import statistics
+import time
 import traceback
 import warnings
 from typing import Any, Callable
@@ -174,10 +179,13 @@ def _torchkiln_warnings(caught) -> str:
     return ""
 
 
-def _first_call(prefix: str, pristine, work, mode, opts: Options, compile_fn, graphs_fn, ref, fp64, phase):
+def _first_call(prefix: str, pristine, work, mode, opts: Options, compile_fn, graphs_fn, ref, fp64, phase,
+                spawn_time: float | None = None):
     """Compile a fresh copy with ``compile_fn``, time its first call and check it.
 
-    Returns ``(row fields, step)``; ``step`` is None when the variant failed.
+    ``ref`` is eager's result, or a callable computing it after the first call (then
+    the RNG state the compiled call started from is restored for it).  Returns ``(row
+    fields, step)``; ``step`` is None when the variant failed.
     """
     row: dict[str, Any] = {}
     model = copy.deepcopy(pristine)
@@ -186,9 +194,15 @@ def _first_call(prefix: str, pristine, work, mode, opts: Options, compile_fn, gr
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             step = _Step(model, compile_fn(model), work, mode, opts.device, backward_context(prefix == "peer_", opts))
+            rng = torch.random.get_rng_state()
             out, seconds = measure.timed(step.first, opts.device)
+            if spawn_time is not None:
+                row[f"{prefix}warm_start_s"] = time.time() - spawn_time
         graphs_after = graphs_fn()
         row[f"{prefix}compile_{phase}_s"] = seconds
+        if callable(ref):
+            torch.random.set_rng_state(rng)
+            ref = ref()
         row[f"{prefix}graphs"] = graphs_after[0] - graphs_before[0]
         row[f"{prefix}graph_breaks"] = graphs_after[1] - graphs_before[1]
         note = _torchkiln_warnings(caught)
@@ -250,19 +264,23 @@ def _peak_memory(prefix: str, step: _Step, row: dict, opts: Options) -> None:
 
 
 def measure_model(name: str, mode: str, opts: Options, phase: str = "cold",
-                  compile_fn: Callable | None = None) -> dict:
+                  compile_fn: Callable | None = None, only: str | None = None,
+                  spawn_time: float | None = None) -> dict:
     """One row of the table: eager, torchkiln (``compile_fn`` overrides it) and the peer.
 
     ``mode`` is ``"inference"`` or ``"training"``.  ``phase="cold"``: compile time of
     the first call, correctness and steady-state times (variants alive together,
     timed interleaved).  ``phase="warm"``: compile time and correctness of the first
-    call, then peak memory, one variant at a time.
+    call, then peak memory, one variant at a time; ``only`` (``""`` torchkiln,
+    ``"peer_"``) measures that variant alone, its first call first (``warm_start_s``).
     """
     row: dict[str, Any] = {"model": name, "mode": mode, "backend": opts.backend, "device": opts.device,
                            "threads": opts.threads, "status": "error"}
     variants = [("", compile_fn or torchkiln_compiler(opts.backend), torchkiln_graphs)]
     if opts.peer:
         variants.append(("peer_", peer_compiler, peer_graphs))
+    if only is not None:
+        return _measure_warm_start(row, name, mode, opts, [v for v in variants if v[0] == only], spawn_time)
     with measure.threads(opts.threads):
         try:
             work = build(name, opts.device)
@@ -297,12 +315,44 @@ def measure_model(name: str, mode: str, opts: Options, phase: str = "cold",
     return row
 
 
+def _measure_warm_start(row: dict, name: str, mode: str, opts: Options, variants: list,
+                        spawn_time: float | None) -> dict:
+    """One variant in a new process: its first call before anything else (no preload,
+    no eager step first), then eager's result for the check, then peak memory."""
+    with measure.threads(opts.threads):
+        try:
+            work = build(name, opts.device)
+            pristine = copy.deepcopy(work.model)
+        except Exception as exc:
+            row["error"] = f"eager: {first_line(exc)}"
+            return row
+        fp64 = _fp64_reference(pristine, work, mode, opts.device)
+
+        def eager_ref():
+            model = copy.deepcopy(pristine)
+            return _Step(model, model, work, mode, opts.device).first()
+
+        for prefix, compile_fn_, graphs_fn in variants:
+            fields, step = _first_call(prefix, pristine, work, mode, opts, compile_fn_, graphs_fn, eager_ref, fp64,
+                                       "warm", spawn_time)
+            row.update(fields)
+            if step is not None:
+                _peak_memory(prefix, step, row, opts)
+            del step
+        if not variants[0][0]:  # eager's peak once, in torchkiln's process, alone
+            model = copy.deepcopy(pristine)
+            _peak_memory("eager_", _Step(model, model, work, mode, opts.device), row, opts)
+    if variants and variants[0][0] == "peer_":
+        del row["status"]  # this process did not run torchkiln: merge() keeps the cold status
+    return row
+
+
 def merge(cold: dict, warm: dict) -> dict:
     """One row from a cold and a warm measurement: the warm one adds warm compile
     times and peak memory, and turns an ``ok`` into its own mismatch or error."""
     row = dict(cold)
     for key, value in warm.items():
-        if key.endswith(("compile_warm_s", "peak_mb")) or key == "mem_kind":
+        if key.endswith(("compile_warm_s", "warm_start_s", "peak_mb")) or key == "mem_kind":
             row[key] = value
     for prefix in ("", "peer_"):
         if row.get(f"{prefix}status") == "ok" and warm.get(f"{prefix}status") not in (None, "ok"):

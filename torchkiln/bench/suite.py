@@ -2,9 +2,10 @@
 
 Per model and mode, a *cold* subprocess starts with empty caches (a fresh temporary
 ``TORCHKILN_CACHE_DIR``, and ``TORCHINDUCTOR_CACHE_DIR``/``TRITON_CACHE_DIR`` for the
-peer) and measures compile time, correctness and steady-state times; a *warm*
-subprocess then starts with the caches the cold one left and measures compile time
-again, correctness again, and peak memory.  A crash or a hang (``timeout``) of one
+peer) and measures compile time, correctness and steady-state times; then one *warm*
+subprocess per compiler starts with the caches the cold one left and measures its
+warm start (spawn to the end of the first step: ``warm_start_s``), compile time,
+correctness again, and peak memory.  A crash or a hang (``timeout``) of one
 subprocess becomes an ``error`` row; the suite goes on.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Callable
 
 from . import run
@@ -26,8 +28,9 @@ def skipped_row(name: str, mode: str, opts: run.Options, reason: str) -> dict:
             "status": "skipped", "error": reason}
 
 
-def _subprocess(name: str, mode: str, phase: str, opts: run.Options, cache: str, timeout: float) -> dict:
-    spec = {"model": name, "mode": mode, "phase": phase, "options": dataclasses.asdict(opts)}
+def _subprocess(name: str, mode: str, phase: str, opts: run.Options, cache: str, timeout: float,
+                only: str | None = None) -> dict:
+    spec = {"model": name, "mode": mode, "phase": phase, "options": dataclasses.asdict(opts), "only": only}
     env = dict(os.environ,
                TORCHKILN_CACHE_DIR=os.path.join(cache, "torchkiln"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
@@ -35,11 +38,13 @@ def _subprocess(name: str, mode: str, phase: str, opts: run.Options, cache: str,
     if env.get("TORCHKILN_TRACE"):  # bench --report: one trace directory per model, mode and phase
         env["TORCHKILN_TRACE"] = os.path.join(env["TORCHKILN_TRACE"], f"{name}-{mode}-{phase}")
         env["TORCHKILN_TRACE_LABEL"] = f"{name} {mode} {phase}"
-    out_path = os.path.join(cache, f"{phase}.json")
+    out_path = os.path.join(cache, f"{phase}{only or ''}.json")
     cmd = [sys.executable, "-m", "torchkiln.bench.worker", json.dumps(spec), out_path]
     row = skipped_row(name, mode, opts, "")
     row["status"] = "error"
     try:
+        spec["spawn_time"] = time.time()
+        cmd[-2] = json.dumps(spec)
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         row["error"] = f"{phase}: timeout after {timeout:.0f} s"
@@ -80,11 +85,24 @@ def measure(name: str, mode: str, opts: run.Options, timeout: float = 600.0, iso
             cold = _subprocess(name, mode, "cold", opts, cache, timeout)
             if cold["status"] not in ("ok", "mismatch") and cold.get("peer_status") != "ok":
                 return cold
-            return run.merge(cold, _subprocess(name, mode, "warm", opts, cache, timeout))
+            return _warm(name, mode, opts, cache, timeout, cold)
     except Exception as exc:  # the harness itself must not stop the suite either
         row = skipped_row(name, mode, opts, f"harness: {run.first_line(exc)}")
         row["status"] = "error"
         return row
+
+
+def _warm(name: str, mode: str, opts: run.Options, cache: str, timeout: float, cold: dict) -> dict:
+    """The warm measurements: one new process per compiler (torchkiln, then the peer),
+    each timing its own warm start from spawn to the end of its first step."""
+    row = run.merge(cold, _subprocess(name, mode, "warm", opts, cache, timeout, only=""))
+    if opts.peer:
+        peer = _subprocess(name, mode, "warm", opts, cache, timeout, only="peer_")
+        peer.pop("status", None)  # an error row of the harness is the peer's
+        if peer.get("error") and "peer_status" not in peer:
+            peer["peer_status"], peer["peer_error"] = "error", peer.pop("error")
+        row = run.merge(row, peer)
+    return row
 
 
 def run_suite(models: list[str], modes: list[str], opts: run.Options, timeout: float = 600.0, isolate: bool = True,

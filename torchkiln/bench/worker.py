@@ -15,7 +15,8 @@ from .run import Options, measure_model
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     opts = Options(**spec["options"])
-    row = measure_model(spec["model"], spec["mode"], opts, spec["phase"])
+    row = measure_model(spec["model"], spec["mode"], opts, spec["phase"], only=spec.get("only"),
+                        spawn_time=spec.get("spawn_time"))
     with open(argv[1], "w") as f:
         json.dump(row, f)
     return 0
