@@ -347,7 +347,10 @@ def test_incompatible_function():
     g = torch.fx.Graph()
     x = g.placeholder("x")
     g.output((g.call_function(AllowInGraphFunc.apply, (x,)),))
-    gm = torch.fx.GraphModule({}, g)
+    # torch >= 2.15's FX cannot print a call to a local class's builtin method, so the
+    # module gets the graph without generating its Python code (the key reads the graph).
+    gm = torch.fx.GraphModule({}, torch.fx.Graph())
+    gm._graph = g
     with pytest.raises(BypassAOTAutogradCache):
         autograd_cache_key(gm, [torch.ones(3)], default_config())
 

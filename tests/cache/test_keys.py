@@ -139,3 +139,26 @@ def test_key_changes_with_requires_grad_and_autocast():
     k = autograd_cache_key(gm, inputs, cfg)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert autograd_cache_key(gm, inputs, cfg) != k
+
+
+class _SinFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.sin()
+
+
+class _CosFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.cos()
+
+
+def test_autograd_function_apply_named_by_its_class():
+    # torch >= 2.15 makes ``Function.apply`` a builtin method bound to the class; naming
+    # it by the metaclass gave every Function's apply one name, so two graphs differing
+    # only in which Function they call would share a cache entry.
+    from torchkiln.cache.keys import callable_name
+
+    sin_name, cos_name = callable_name(_SinFunction.apply), callable_name(_CosFunction.apply)
+    assert sin_name != cos_name
+    assert "_SinFunction" in sin_name and "_CosFunction" in cos_name

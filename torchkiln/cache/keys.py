@@ -131,7 +131,9 @@ def callable_name(fn) -> str:
     if module is None and isinstance(fn, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         owner = getattr(fn, "__self__", None)
         if owner is not None and not isinstance(owner, types.ModuleType):
-            return f"{callable_name(type(owner))}.{fn.__name__}"
+            # A builtin method bound to a class (torch >= 2.15's ``Function.apply``) is
+            # named by that class, not by its metaclass: two Functions' ``apply`` differ.
+            return f"{callable_name(owner if isinstance(owner, type) else type(owner))}.{fn.__name__}"
         module = getattr(owner, "__name__", "builtins")
     if isinstance(fn, functools.partial):
         return f"partial({callable_name(fn.func)}, {digest(value(list(fn.args)))}, {digest(value(fn.keywords))})"
