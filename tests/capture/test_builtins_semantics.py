@@ -224,3 +224,70 @@ def test_is_compares_identity_of_containers():
         return a is b, a is c, a == c, x + 1
 
     run_both(f, lambda: (X, [1, 2]))
+
+
+# -- iterators made by C builtins / itertools (variables/iterators.py), from tests/cpython ----
+def test_iterators_keep_type_and_laziness():
+    """test_itertools: an iterator made in the frame is rebuilt by its real constructor
+    (repr, __setstate__, tuple reuse), consumed lazily (islice takes no extra item, an
+    endless count is fine, chain sees a list grown after it was made)."""
+    def f():
+        r = itertools.repeat(1 + 0j, 5)
+        s = repr(r)
+        list(r)
+        return s, repr(r), repr(itertools.repeat("a", -1))
+
+    run_both(f, lambda: (), frames=None)
+
+    def g():
+        ids = list(map(id, zip("abc", "def")))
+        p = itertools.product((1, 2), (3,))
+        p.__setstate__((0, 0x1000))
+        return min(ids) == max(ids), next(p)
+
+    run_both(g, lambda: (), frames=None)
+
+    def h(x):
+        it = iter(range(10))
+        a = list(itertools.islice(it, 3))
+        c = itertools.count()
+        b = list(itertools.islice(c, 1, 3, 50))
+        lst = []
+        ch = itertools.chain(lst)
+        lst.append(7)
+        return a, list(it), b, next(c), next(ch), x + 1
+
+    run_both(h, lambda: (X,))
+
+
+def test_lazy_map_interleaves_side_effects():
+    def f(x):
+        log = []
+
+        def g(v):
+            log.append(v)
+            return v * 2
+        m = map(g, [1, 2, 3])
+        first = next(m)
+        log.append("between")
+        return first, list(m), log, x + 1
+
+    run_both(f, lambda: (X,))
+
+
+def test_advanced_iterator_at_break_resumes():
+    def f(x):
+        z = zip([1, 2, 3], [4, 5, 6])
+        next(z)
+        torchkiln.graph_break()
+        return list(z), x + 1
+
+    run_both(f, lambda: (X,), frames=None)
+
+    def g(x):
+        out = []
+        for i, (a, b) in enumerate(zip([x, x + 1], [2, 3])):
+            out.append(a * b + i)
+        return out, list(itertools.zip_longest("ab", "xyz", fillvalue="-")), list(itertools.pairwise("abcd"))
+
+    run_both(g, lambda: (X,))

@@ -79,29 +79,41 @@ def all_(iterable, /):
 
 
 def enumerate_(iterable, start=0):
-    n = start
-    for item in iterable:
+    if not isinstance(start, int):
+        raise TypeError("enumerate() start must be an integer")  # __index__ objects: the native call
+    return _enumerate(iter(iterable), start)
+
+
+def _enumerate(it, n):
+    for item in it:
         yield n, item
         n += 1
 
 
+def _firsts(i):
+    return f"s 1-{i}" if i > 1 else " 1"
+
+
 def zip_(*iterables, strict=False):
-    if not iterables:
+    return _zip([iter(i) for i in iterables], strict)
+
+
+def _zip(iterators, strict):
+    if not iterators:
         return
-    iterators = [iter(i) for i in iterables]
     while True:
         items = []
-        for i, it in enumerate(iterators):
-            for value in it:
+        for i in range(len(iterators)):
+            for value in iterators[i]:
                 items.append(value)
                 break
             else:
                 if strict and i > 0:
-                    raise ValueError(f"zip() argument {i + 1} is shorter than argument 1")
+                    raise ValueError(f"zip() argument {i + 1} is shorter than argument{_firsts(i)}")
                 if strict:
                     for j in range(1, len(iterators)):
                         for _ in iterators[j]:
-                            raise ValueError(f"zip() argument {j + 1} is longer than argument 1")
+                            raise ValueError(f"zip() argument {j + 1} is longer than argument{_firsts(j)}")
                         break
                 return
         yield tuple(items)
@@ -109,15 +121,33 @@ def zip_(*iterables, strict=False):
 
 def map_(function, iterable, /, *iterables):
     if not iterables:
-        for item in iterable:
-            yield function(item)
-        return
-    for items in zip(iterable, *iterables):
+        return _map1(function, iter(iterable))
+    return _mapn(function, [iter(iterable)] + [iter(i) for i in iterables])
+
+
+def _map1(function, it):
+    for item in it:
+        yield function(item)
+
+
+def _mapn(function, iterators):
+    while True:
+        items = []
+        for it in iterators:
+            for value in it:
+                items.append(value)
+                break
+            else:
+                return
         yield function(*items)
 
 
 def filter_(function, iterable, /):
-    for item in iterable:
+    return _filter(function, iter(iterable))
+
+
+def _filter(function, it):
+    for item in it:
         if function is None:
             if item:
                 yield item

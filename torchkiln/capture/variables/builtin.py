@@ -96,6 +96,14 @@ class BuiltinVariable(VariableTracker):
         fn = self.fn
         if fn is print:
             unsupported("print() (a call with Python side effects)")
+        from .iterators import build_iter, build_native_iterator, iterator_ctor
+
+        if iterator_ctor(fn):  # lazy, its real type kept (variables/iterators.py)
+            return build_native_iterator(tx, fn, args, kwargs)
+        if fn is iter and len(args) == 1 and not kwargs:
+            result = build_iter(tx, args[0])
+            if result is not None:
+                return result
         if is_pure_builtin(fn):
             from .native import NativeCall
 

@@ -324,6 +324,10 @@ class UserDefinedClassVariable(ValueVariable):
             from .functions import OperatorGetterVariable
 
             return OperatorGetterVariable(cls, args, kwargs)
+        from .iterators import build_native_iterator, iterator_ctor
+
+        if iterator_ctor(cls):
+            return build_native_iterator(tx, cls, args, kwargs)
         from ..polyfills import polyfill_for
 
         poly = polyfill_for(cls)

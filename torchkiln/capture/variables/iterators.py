@@ -1,0 +1,175 @@
+"""Iterator objects that C builtins and ``itertools`` make in the frame (``zip``, ``map``,
+``filter``, ``enumerate``, ``iter(tuple)``, ``itertools.chain`` ...).
+
+CPython's iterators are lazy and stateful, and their type is visible (``repr``, pickling,
+``__setstate__``, ``__sizeof__``, the tuple ``zip`` reuses).  A :class:`NativeIteratorVariable`
+keeps both: its items come one ``next()`` at a time from a plain-Python polyfill traced
+like user code (``capture/polyfills/``), so side effects interleave with the consumer as
+they do eagerly and an endless iterator is fine; its ``python_type`` is the real type; any
+other use (``repr``, ``__reduce__``, ``__setstate__`` ...) is a graph break.
+
+At a graph break or return one never advanced during capture is rebuilt by calling the
+*real* constructor on the rebuilt arguments: exact type and laziness.  One advanced during
+capture (a ``for`` loop broken in its body) is rebuilt as a list iterator over its
+remaining items, drained at the break, which the resumed frame can capture; when draining
+them has side effects it cannot be rebuilt (Unsupported: the frame runs eagerly).
+"""
+from __future__ import annotations
+
+import itertools
+
+from .base import ConstantVariable, VariableTracker, unsupported
+
+
+class NativeIteratorVariable(VariableTracker):
+    """``ctor(*args, **kwargs)``, an iterator made by a C constructor during capture.
+
+    ``source_it``: the tracker its items come from (a polyfill's generator, or a list
+    iterator over an immutable container's items)."""
+
+    rebuilt_once = True  # one object per run of the transformed code (identity)
+
+    def __init__(self, ctor, args, kwargs, source_it, real_type):
+        self.ctor = ctor
+        self.args = list(args)
+        self.kwargs = dict(kwargs)
+        self.source_it = source_it
+        self.real_type = real_type
+        self.consumed = 0
+        self.finished = False
+        self.drained = None  # remaining items, drained when rebuilt after being advanced
+
+    def python_type(self):
+        return self.real_type
+
+    def next_item(self, tx):
+        """The next item's tracker, or None when exhausted."""
+        if self.finished:
+            return None
+        item = self.source_it.next_item(tx)
+        if item is None:
+            self.finished = True
+            return None
+        self.consumed += 1
+        return item
+
+    def unpack_var_sequence(self, tx):
+        items = []
+        while True:
+            item = self.next_item(tx)
+            if item is None:
+                return items
+            items.append(item)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__next__" and not args and not kwargs:
+            item = self.next_item(tx)
+            if item is None:
+                unsupported(f"StopIteration from next() on an exhausted {self.real_type.__name__}")
+            return item
+        if name == "__iter__" and not args and not kwargs:
+            return self
+        unsupported(f"{self.real_type.__name__}.{name} (only iteration is captured)")
+
+    def var_getattr(self, tx, name):
+        from .base import MethodVariable
+
+        if name in ("__next__", "__iter__"):
+            return MethodVariable(self, name)
+        unsupported(f"{self.real_type.__name__} attribute {name}")
+
+    def reconstruct(self, cg):
+        if self.consumed or self.finished:
+            return self._reconstruct_rest(cg)
+        ctor = self.ctor
+        args = [cg.recipe(a) for a in self.args]
+        kwargs = {k: cg.recipe(v) for k, v in self.kwargs.items()}
+        return lambda rt: ctor(*[a(rt) for a in args], **{k: v(rt) for k, v in kwargs.items()})
+
+    def _reconstruct_rest(self, cg):
+        """An iterator advanced during capture: its remaining items, drained now, as a list
+        iterator (the resumed frame captures iterating it).  Only when drained items cause
+        no side effect (a ``map`` of a function that writes would run it too early)."""
+        if self.drained is None:
+            side_effects = cg.output.side_effects
+            before = len(side_effects.ops)
+            self.drained = self.unpack_var_sequence(cg.tx)
+            if len(side_effects.ops) != before:
+                unsupported(f"a {self.real_type.__name__} iterator advanced during capture is alive at a graph "
+                            f"break and its remaining items have side effects")
+        recipes = [cg.recipe(i) for i in self.drained]
+        return lambda rt: iter([r(rt) for r in recipes])
+
+    def __repr__(self):
+        return f"NativeIteratorVariable({self.real_type.__name__})"
+
+
+def _iterable_type(vt) -> bool:
+    try:
+        t = vt.python_type()
+    except Exception:  # noqa: BLE001 - unknown type: let the caller decide
+        return True
+    return hasattr(t, "__iter__") or hasattr(t, "__getitem__")
+
+
+# Constructors whose arguments CPython turns into iterators at construction (a
+# non-iterable raises TypeError right away), by the positions of those arguments.
+_ITERATED_ARGS = {zip: "all", map: "from1", filter: (1,), enumerate: (0,), itertools.islice: (0,),
+                  itertools.starmap: (1,), itertools.takewhile: (1,), itertools.dropwhile: (1,),
+                  itertools.compress: (0, 1), itertools.pairwise: (0,), itertools.zip_longest: "all",
+                  itertools.accumulate: (0,), itertools.product: "all"}
+
+_TYPES = {itertools.chain.from_iterable: itertools.chain}
+
+
+def iterator_ctor(fn) -> bool:
+    """Whether ``fn`` builds one of the iterators captured as :class:`NativeIteratorVariable`."""
+    from ..polyfills import polyfill_for
+
+    return fn in _ITERATED_ARGS or fn in _TYPES or fn in (itertools.chain, itertools.repeat, itertools.count,
+                                                            itertools.cycle) and polyfill_for(fn) is not None
+
+
+def build_native_iterator(tx, fn, args, kwargs):
+    """``fn(*args, **kwargs)`` for an iterator constructor (see :func:`iterator_ctor`)."""
+    from ..polyfills import polyfill_for
+    from .functions import UserFunctionVariable
+
+    which = _ITERATED_ARGS.get(fn, ())
+    positions = range(len(args)) if which == "all" else range(1, len(args)) if which == "from1" else which
+    for i in positions:
+        if i < len(args) and not _iterable_type(args[i]):
+            unsupported(f"{getattr(fn, '__name__', fn)}() of a non-iterable")
+    gen = UserFunctionVariable(polyfill_for(fn)).call_function(tx, list(args), dict(kwargs))
+    if not hasattr(gen, "next_item"):
+        unsupported(f"polyfill of {fn} returned {gen}")
+    real_type = _TYPES.get(fn, fn)
+    return NativeIteratorVariable(fn, args, kwargs, gen, real_type)
+
+
+_ITER_BASES = (tuple, str, bytes, range, dict, set, frozenset)
+
+
+def build_iter(tx, arg):
+    """``iter(x)`` of a tuple, str, bytes, range, dict or set: its items in order, rebuilt
+    as the real ``iter(x)`` (a ``tuple_iterator``, ``range_iterator``, ``dict_keyiterator``
+    ...).  None for other arguments (lists keep their live list iterator; user iterables
+    and iterators are handled by the caller)."""
+    from .containers import DictVariable, ListIteratorVariable, SetVariable, TupleVariable
+
+    if hasattr(arg, "next_item"):
+        return None
+    if isinstance(arg, ConstantVariable) and isinstance(arg.value, (str, bytes, range)):
+        sample = arg.value
+    elif isinstance(arg, (TupleVariable, DictVariable, SetVariable)):
+        ptype = arg.python_type()
+        if ptype not in _ITER_BASES and not (isinstance(arg, DictVariable) and ptype.__module__ == "collections"):
+            return None
+        try:
+            sample = ptype()
+        except Exception:  # noqa: BLE001
+            return None
+    else:
+        return None
+    real_type = type(iter(sample))
+    return NativeIteratorVariable(iter, [arg], {}, ListIteratorVariable(arg.unpack_var_sequence(tx)), real_type)
