@@ -49,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for every variant (default 1)")
     bench.add_argument("--timeout", type=float, default=300, help="seconds per subprocess before it counts as an error (default 300)")
     bench.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    bench.add_argument("--profile", action="store_true",
+                       help="after timing, a breakdown of one step per variant: generated kernels, extern calls "
+                            "by op, allocation, optimizer, Python (wrapper, guards); the kernels are marked for "
+                            "the profiler, so times are a little above the table's")
     bench.add_argument("--list", action="store_true", help="list the suite's models and exit")
     bench.add_argument("--report", metavar="DIR", help="write the TORCHKILN_TRACE of every model compiled into DIR "
                                                         "(one subdirectory per model, mode and phase); render it "
@@ -109,7 +113,7 @@ def _bench(args, console) -> int:
     if args.report:  # the workers inherit it (bench.suite gives each model its own subdirectory)
         os.environ["TORCHKILN_TRACE"] = os.path.abspath(args.report)
     opts = Options(backend=args.backend, device=args.device, repeat=repeat, warmup=args.warmup, peer=args.peer,
-                   threads=args.threads, compiled_autograd=args.compiled_autograd)
+                   threads=args.threads, compiled_autograd=args.compiled_autograd, profile=args.profile)
     start = time.perf_counter()
     err = Console(stderr=True)
     rows: list[dict] = []
@@ -146,6 +150,13 @@ def _bench(args, console) -> int:
     if interrupted:
         title += f" -- INTERRUPTED after {len(rows)} of {total} rows"
     report.print_report(rows, summary, opts.peer, title, console, elapsed)
+    if args.profile:
+        from .bench.profile import format_breakdowns
+
+        for row in rows:
+            if row.get("profile"):
+                console.print(format_breakdowns(row["model"], row["mode"], row["profile"]), markup=False,
+                              highlight=False)
     if args.report:
         console.print(f"trace of every compile in {args.report}: render it with `torchkiln report {args.report}`")
     if args.json:

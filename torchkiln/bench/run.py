@@ -49,6 +49,7 @@ class Options:
     threads: int = 1
     tol: float = 1e-4
     compiled_autograd: bool = False  # the torchkiln variant's training backward through compiled autograd
+    profile: bool = False  # after timing, a per-variant breakdown of a step (bench/profile.py)
 
 
 def torchkiln_compiler(backend: str) -> Callable[[torch.nn.Module], Callable]:
@@ -251,6 +252,19 @@ def _time_interleaved(steps: dict[str, _Step], row: dict, opts: Options) -> None
             row[f"{prefix}ms_iqr"] = 1e3 * (q3 - q1)
 
 
+def _profile(steps: dict[str, _Step], row: dict) -> None:
+    """``row["profile"]``: {variant: {category: ms per step}} (bench/profile.py)."""
+    from . import profile
+
+    names = {"eager_": "eager", "": "kiln", "peer_": "peer"}
+    row["profile"] = {}
+    for prefix, step in steps.items():
+        try:
+            row["profile"][names[prefix]] = profile.breakdown(step.step)
+        except Exception as exc:
+            row["profile"][names[prefix]] = {"error": first_line(exc)}
+
+
 def _peak_memory(prefix: str, step: _Step, row: dict, opts: Options) -> None:
     """Peak memory of a few steps of one variant, the only one alive."""
     try:
@@ -277,6 +291,10 @@ def measure_model(name: str, mode: str, opts: Options, phase: str = "cold",
     row: dict[str, Any] = {"model": name, "mode": mode, "backend": opts.backend, "device": opts.device,
                            "threads": opts.threads, "status": "error"}
     variants = [("", compile_fn or torchkiln_compiler(opts.backend), torchkiln_graphs)]
+    if opts.profile:  # generated kernels marked for the profiler (written into the wrapper)
+        from torchkiln.codegen import config as codegen_config
+
+        codegen_config.kernel_profile = True
     if opts.peer:
         variants.append(("peer_", peer_compiler, peer_graphs))
     if only is not None:
@@ -309,6 +327,8 @@ def measure_model(name: str, mode: str, opts: Options, phase: str = "cold",
             del step
         if phase == "cold":
             _time_interleaved(steps, row, opts)
+            if opts.profile:
+                _profile(steps, row)
     for prefix in ("", "peer_"):
         if f"{prefix}ms" in row and "eager_ms" in row:
             row[f"{prefix}speedup"] = row["eager_ms"] / row[f"{prefix}ms"]

@@ -13,6 +13,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from . import config, nodes
+from . import layout as layout_opt
 from .lowering import fallback_handler, lowerings
 from .nodes import InputBuffer, Layout, Pointwise, Reduction, TensorBox, to_sympy
 
@@ -166,6 +167,14 @@ class GraphLowering:
         self.buffers[name] = buf
         return TensorBox(buf)
 
+    def _realize_stride(self, data, val):
+        """Strides to store an intermediate in: eager's, or channels-last where the value
+        reads a channels-last buffer the same way (codegen/layout.py)."""
+        size = list(data.get_size())
+        if layout_opt.prefers_channels_last(data, size):
+            return layout_opt.channels_last_strides(size)
+        return self._dense_stride(val)
+
     def _maybe_realize(self, box: TensorBox, node, val) -> None:
         data = box.data
         if isinstance(data, Reduction):
@@ -174,7 +183,7 @@ class GraphLowering:
                 data.num_ops() > config.realize_ops_threshold
                 or (data.device.type == "cpu" and _broadcast_downstream(node, val.numel())
                     and data.has_transcendental())):
-            box.realize(self._dense_stride(val))
+            box.realize(self._realize_stride(data, val))
 
     def _dense_stride(self, val):
         """The fake value's strides when they describe a dense, non-overlapping tensor."""
@@ -192,8 +201,22 @@ class GraphLowering:
     def _output(self, value, node):
         if isinstance(value, TensorBox):
             val = node.meta["val"]
-            return value.realize(self._dense_stride(val))
+            stride = self._dense_stride(val)
+            out = value.realize(stride)
+            base = out.base if isinstance(out, nodes.ReinterpretView) else out
+            if (stride is not None and not isinstance(base, (InputBuffer, nodes.MutationBuffer))
+                    and layout_opt.is_channels_last(out.layout) and not _same_strides(out.layout, stride)):
+                # an intermediate stored in another layout (channels-last, codegen/layout.py):
+                # outputs keep eager's strides
+                copy = TensorBox(Pointwise(list(value.get_size()), value.dtype, value.device, value.make_loader()))
+                out = copy.realize(stride)
+            return out
         return value
+
+
+def _same_strides(layout, stride) -> bool:
+    return all(sympy.simplify(n - 1) == 0 or sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+               for n, a, b in zip(layout.size, layout.stride, stride))
 
 
 # Element types generated kernels compute in; an op reading or making any other (complex,

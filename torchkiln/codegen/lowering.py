@@ -19,9 +19,10 @@ import sympy
 import torch
 
 from . import bounds, ir
+from . import layout as layout_opt
 from .ir import Constant, IndexValue, Masked, Op
 from .nodes import (
-    ExternKernel, InputBuffer, Layout, MultiOutput, MutationBuffer, Pointwise, Reduction, ReinterpretView,
+    Buffer, ExternKernel, InputBuffer, Layout, MultiOutput, MutationBuffer, Pointwise, Reduction, ReinterpretView,
     Scatter, TensorBox, View, broadcast_loader, cast, compute_dtype, current_graph, loader_for, to_sympy,
 )
 
@@ -1059,8 +1060,14 @@ def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
 # ---------------------------------------------------------------- extern kernels and fallbacks
 
 
-def make_extern(op, args, kwargs, fallback: bool):
-    """An extern ATen call; returns a box, or a (nested) tuple of boxes for tuple outputs."""
+def make_extern(op, args, kwargs, fallback: bool, layout=None):
+    """An extern ATen call; returns a box, or a (nested) tuple of boxes for tuple outputs.
+
+    ``layout``: the result's layout when the caller knows it differs from the fake
+    value's (a channels-last convolution); otherwise, when an argument was stored in
+    other strides than its fake value's (codegen/layout.py), the fake kernel runs again
+    on fakes with those strides to learn the result's strides.  The wrapper checks them
+    at run time either way."""
     graph = current_graph()
     val = out_val()
     node = graph.current_node
@@ -1074,6 +1081,8 @@ def make_extern(op, args, kwargs, fallback: bool):
             fake = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
             same = (isinstance(fake, torch.Tensor) and fake.dim() == len(a.get_size())
                     and all(to_sympy(s) == sympy.sympify(z) for s, z in zip(fake.shape, a.get_size())))
+            if same and layout_opt.prefers_channels_last(a.data, a.get_size()):
+                return a.realize(layout_opt.channels_last_strides(a.get_size()))
             return a.realize(graph._dense_stride(fake) if same else None)
         if isinstance(a, (list, tuple)):
             fx = fx_arg if isinstance(fx_arg, (list, tuple)) and len(fx_arg) == len(a) else [None] * len(a)
@@ -1085,8 +1094,10 @@ def make_extern(op, args, kwargs, fallback: bool):
     fx_kwargs = dict(node.kwargs) if node is not None else {}
     args = [realize_args(a, f) for a, f in zip(args, fx_args)]
     kwargs = {k: realize_args(v, fx_kwargs.get(k)) for k, v in kwargs.items()}
+    if layout is None and node is not None:
+        val = _restrided_val(op, args, fx_args, fx_kwargs, val)
     if isinstance(val, torch.Tensor):
-        layout = graph.layout_of(val)
+        layout = layout or graph.layout_of(val)
         return TensorBox(graph.register_buffer(lambda name: ExternKernel(name, layout, op, args, kwargs, fallback)))
     parent = graph.register_buffer(lambda name: ExternKernel(name, None, op, args, kwargs, fallback))
 
@@ -1099,6 +1110,43 @@ def make_extern(op, args, kwargs, fallback: bool):
         return v
 
     return unpack(val, ())
+
+
+def _restrided_val(op, args, fx_args, fx_kwargs, val):
+    """The op's fake result for arguments stored in other strides than their fake
+    values' (static sizes only); ``val`` when none is, or when that cannot be worked out."""
+    changed = {}
+    for i, (a, f) in enumerate(zip(args, fx_args)):
+        fake = f.meta.get("val") if isinstance(f, torch.fx.Node) else None
+        if isinstance(a, (Buffer, ReinterpretView)) and isinstance(fake, torch.Tensor) and a.layout is not None:
+            strides = [sympy.sympify(s) for s in a.layout.stride]
+            if list(fake.stride()) != strides and all(s.is_Integer for s in strides) \
+                    and all(isinstance(n, int) for n in fake.shape):
+                changed[i] = [int(s) for s in strides]
+    tensors = [v for v in torch.utils._pytree.tree_leaves(val) if isinstance(v, torch.Tensor)]
+    mode = getattr(tensors[0], "fake_mode", None) if tensors else None
+    if not changed or mode is None:
+        return val
+    try:
+        with mode:
+            fakes = []
+            for i, f in enumerate(fx_args):
+                fake = torch.fx.node.map_arg(f, lambda n: n.meta.get("val")) if isinstance(f, (torch.fx.Node, list, tuple)) else f
+                if i in changed:
+                    fake = torch.empty_strided(fake.shape, changed[i], dtype=fake.dtype, device=fake.device)
+                fakes.append(fake)
+            kw = {k: torch.fx.node.map_arg(v, lambda n: n.meta.get("val")) for k, v in fx_kwargs.items()}
+            new = op(*fakes, **kw)
+    except Exception:
+        return val
+    try:
+        same = torch.utils._pytree.tree_structure(new) == torch.utils._pytree.tree_structure(val) and all(
+            isinstance(a, torch.Tensor) == isinstance(b, torch.Tensor) and (
+                not isinstance(a, torch.Tensor) or (a.shape == b.shape and a.dtype == b.dtype))
+            for a, b in zip(torch.utils._pytree.tree_leaves(new), torch.utils._pytree.tree_leaves(val)))
+    except Exception:
+        same = False
+    return new if same else val
 
 
 def fallback_handler(*args, **kwargs):
@@ -1127,3 +1175,19 @@ register_extern(aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution, a
                 aten._scaled_dot_product_cudnn_attention, aten._scaled_dot_product_flash_attention_for_cpu_backward,
                 aten._scaled_dot_product_efficient_attention_backward, aten._scaled_dot_product_flash_attention_backward,
                 aten._cdist_forward, aten.cumsum, aten.cumprod, aten._cdist_backward)
+
+
+@register(aten.convolution)
+def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """ATen's convolution (oneDNN); a 2-d one on channels-last input and result
+    (codegen/layout.py), where oneDNN is several times faster than on NCHW."""
+    node = current_graph().current_node
+    args = [x, weight, bias, stride, padding, dilation, transposed, output_padding, groups]
+    fakes = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in node.args[:2]]
+    if not layout_opt.conv_prefers_channels_last(fakes[0], fakes[1], transposed):
+        return make_extern(aten.convolution.default, args, {}, fallback=False)
+    args[0] = layout_opt.realize_channels_last(x)
+    size = out_size()
+    out = Layout(size, layout_opt.channels_last_strides(size), sympy.Integer(0), out_val().dtype,
+                       out_val().device)
+    return make_extern(aten.convolution.default, args, {}, fallback=False, layout=out)

@@ -14,6 +14,7 @@ import math
 import sympy
 import torch
 
+from . import config
 from .ir import FusedKernel
 from .nodes import Buffer, ComputedBuffer, ExternKernel, InputBuffer, MultiOutput, MutationBuffer, ReinterpretView
 from .printers import pexpr
@@ -43,7 +44,8 @@ def _restride(t, size, stride):
 def base_globals() -> dict:
     """The globals every wrapper starts from (kernels and constants are added per graph)."""
     return {"torch": torch, "math": math, "empty_strided": torch.empty_strided,
-            "reinterpret": _reinterpret, "restride": _restride}
+            "reinterpret": _reinterpret, "restride": _restride,
+            "_kiln_record": torch.profiler.record_function}
 
 
 class WrapperCodegen:
@@ -181,7 +183,11 @@ class WrapperCodegen:
                     if b.stored and b.name not in allocated and isinstance(buf, ComputedBuffer):
                         body.append(self._allocate(buf, reuse.get(b.name)))
                         allocated.add(b.name)
-                body.append(self.generator.call(e, e.call_args()))
+                launch = self.generator.call(e, e.call_args())
+                if config.kernel_profile:
+                    body += [f"with _kiln_record('kiln_kernel:{e.name}'):", "    " + launch]
+                else:
+                    body.append(launch)
             elif isinstance(e, MultiOutput):
                 body.append(f"{e.name} = {e.parent.name}" + "".join(f"[{j}]" for j in e.path))
                 body.append(self._check_strides(e))

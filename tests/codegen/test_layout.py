@@ -1,0 +1,117 @@
+"""Channels-last propagation (codegen/layout.py): 2-d convolutions on CPU read and
+write NHWC, kernels between conv blocks keep it, graph outputs keep eager's strides.
+Eager PyTorch is the oracle for values and for every output's strides."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchkiln
+from torchkiln.codegen import config
+
+
+class Block(nn.Module):
+    def __init__(self, c=8, groups=1, dilation=1, bias=True, padding_mode="zeros"):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, stride=2, padding=1, bias=bias)
+        self.bn = nn.BatchNorm2d(c)
+        self.conv = nn.Conv2d(c, c, 3, padding=dilation, dilation=dilation, groups=groups, bias=bias,
+                              padding_mode=padding_mode)
+        self.bn2 = nn.BatchNorm2d(c)
+        self.head = nn.Linear(c, 5)
+
+    def forward(self, x):
+        y = F.max_pool2d(F.relu(self.bn(self.stem(x))), 3, 2, 1)
+        z = F.relu(self.bn2(self.conv(y)) + y)
+        return self.head(z.mean((2, 3))), z
+
+
+def _run(model, x, train=False):
+    torch.manual_seed(0)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):  # non-trivial running statistics
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    model.train(train)
+    compiled = torchkiln.compile(model)
+    with config.patch(debug=True):
+        if train:
+            out = compiled(x)
+            out[0].sum().backward()
+            return out, [p.grad.clone() for p in model.parameters()]
+        with torch.no_grad():
+            return compiled(x), None
+
+
+def _eager(model, x, train=False):
+    model.train(train)
+    if train:
+        for p in model.parameters():
+            p.grad = None
+        out = model(x)
+        out[0].sum().backward()
+        return out, [p.grad.clone() for p in model.parameters()]
+    with torch.no_grad():
+        return model(x), None
+
+
+def _check(model, x, train=False):
+    torchkiln.reset()
+    got, got_grads = _run(model, x, train)
+    ref, ref_grads = _eager(model, x, train)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+        assert a.stride() == b.stride(), (a.stride(), b.stride())
+    for a, b in zip(got_grads or (), ref_grads or ()):
+        torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("kw", [{}, {"groups": 4, "bias": False}, {"dilation": 2}, {"padding_mode": "reflect"}])
+def test_conv_blocks_inference(kw):
+    torch.manual_seed(0)
+    _check(Block(**kw), torch.randn(2, 3, 20, 20))
+
+
+def test_conv_blocks_training():
+    torch.manual_seed(0)
+    _check(Block(), torch.randn(2, 3, 16, 16), train=True)
+
+
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
+def test_output_strides_follow_eager(fmt):
+    torch.manual_seed(0)
+    conv = nn.Conv2d(4, 6, 3, padding=1)
+    x = torch.randn(2, 4, 9, 9).contiguous(memory_format=fmt)
+    _check(conv, x)
+
+
+def test_float64_and_conv1d_keep_layout():
+    torch.manual_seed(0)
+    _check(Block().double(), torch.randn(2, 3, 12, 12, dtype=torch.float64))
+    _check(nn.Sequential(nn.Conv1d(3, 4, 3), nn.ReLU()), torch.randn(2, 3, 10))
+
+
+def test_layout_in_wrapper():
+    """The stem conv reads NHWC, its result is NHWC, and the batch-norm/ReLU kernel
+    writes NHWC for the next conv: no NCHW buffer between convolutions."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchkiln.codegen import compile_fx_inner
+    from torchkiln.codegen.decompositions import decompositions
+
+    w1, w2 = torch.randn(8, 3, 3, 3), torch.randn(8, 8, 3, 3)
+
+    def fn(x):
+        y = torch.relu(torch.ops.aten.convolution(x, w1, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+        return (torch.ops.aten.convolution(y, w2, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1).sum(),)
+
+    x = torch.randn(2, 3, 10, 10)
+    gm = make_fx(fn, decomposition_table=decompositions())(x)
+    vals = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    for enabled in (True, False):
+        with config.patch(debug=True, layout_optimization=enabled, fx_graph_cache=False):
+            compiled = compile_fx_inner(gm, vals)
+        assert ("(800, 1, 80, 8, )" in compiled.source) == enabled
+        torch.testing.assert_close(compiled(x)[0], fn(x)[0], atol=1e-3, rtol=1e-4)
