@@ -78,7 +78,7 @@ def worker(case_names):
         _compile_kernels(kernels, failures)
         raise _Done()
 
-    gen_mod.TritonGenerator.compile_kernels = record
+    gen_mod.TritonGenerator.start_compile = record
     for name in case_names:
         c = test_ops.CASE_BY_NAME[name]
         for dtype in c.dtypes:

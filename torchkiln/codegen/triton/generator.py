@@ -16,6 +16,7 @@ libdevice.  Without the interpreter, compiling CPU kernels raises ``RuntimeError
 """
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import importlib.util
 import os
@@ -25,6 +26,8 @@ import torch
 
 from ...utils.paths import cache_dir
 from ..generators import KernelGenerator
+from . import compile_pool
+from . import runtime as _rt
 from .kernel import KernelRenderer
 
 PRELUDE = '''\
@@ -118,14 +121,23 @@ def interpreter_active() -> bool:
     return isinstance(tl.zeros, InterpretedFunction)
 
 
+def module_path(source: str) -> str:
+    """Where ``source`` is written: ``$TORCHKILN_CACHE_DIR/triton/<sha256>.py``."""
+    return os.path.join(cache_dir("triton"), hashlib.sha256(source.encode()).hexdigest()[:32] + ".py")
+
+
+def use_triton_cache_dir() -> None:
+    """Triton's binaries go under our cache (``$TORCHKILN_CACHE_DIR/triton_bin``) unless
+    ``TRITON_CACHE_DIR`` is set; compile workers inherit it."""
+    os.environ.setdefault("TRITON_CACHE_DIR", cache_dir("triton_bin"))
+
+
 def load_module(source: str):
     """Write ``source`` to the cache (by content hash) and import it."""
-    key = hashlib.sha256(source.encode()).hexdigest()[:32]
-    name = f"torchkiln_triton_{key}"
+    path = module_path(source)
+    name = "torchkiln_triton_" + os.path.basename(path)[:-3]
     if name in sys.modules:
         return sys.modules[name]
-    directory = cache_dir("triton")
-    path = os.path.join(directory, f"{key}.py")
     if not os.path.exists(path):
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
@@ -152,24 +164,47 @@ class TritonGenerator(KernelGenerator):
         self.interpret = device.type == "cpu" or interpreter_active()
         self._source = ""
         self._launchers: list[str] = []
+        if not self.interpret:
+            use_triton_cache_dir()
 
     def render(self, kernels: list) -> str:
         """The module source for ``kernels``."""
         libdevice = ("from torchkiln.codegen.triton import interpret_libdevice as libdevice" if self.interpret
                      else "from triton.language.extra import libdevice")
         parts = [PRELUDE.format(libdevice_import=libdevice, interpret=self.interpret)]
-        parts += [KernelRenderer(k).render() for k in kernels]
+        parts += [KernelRenderer(k).render(self.interpret) for k in kernels]
         return "\n\n".join(parts) + "\n"
 
     def compile_kernels(self, kernels: list) -> dict:
+        return self.start_compile(kernels).result()
+
+    def start_compile(self, kernels: list) -> concurrent.futures.Future:
+        """Render and import the module; on a GPU, compile every kernel's expected
+        specialization in the compile pool.  The future's result is ``{name: object}``
+        for the wrapper's globals, set once the pool is done with the kernels."""
+        done: concurrent.futures.Future = concurrent.futures.Future()
         if not kernels:
-            return {}
+            done.set_result({})
+            return done
         if self.device.type == "cpu" and not interpreter_active():
             raise RuntimeError("Triton kernels for CPU tensors need TRITON_INTERPRET=1 set before triton is imported")
         self._source = self.render(kernels)
         module = load_module(self._source)
         self._launchers = [f"{k.name}_launch" for k in kernels]
-        return {f"{k.name}_launch": getattr(module, f"{k.name}_launch") for k in kernels}
+        objects = _objects(module, self._launchers)
+        if self.interpret:
+            done.set_result(objects)
+            return done
+        from triton.runtime.driver import driver
+
+        jobs = [job for k in kernels for job in KernelRenderer(k).precompile_jobs({})]
+        compiled = compile_pool.precompile(module_path(self._source), jobs, driver.active.get_current_target())
+        compiled.add_done_callback(lambda _: done.set_result(objects))
+        return done
+
+    def prologue(self, kernels: list) -> list[str]:
+        # the current device and stream, read once per call and passed to every launch
+        return [] if self.interpret or not kernels else ["_cu = _kiln_cuda_context()"]
 
     def cache_artifacts(self) -> tuple[dict, dict]:
         """For the FX graph cache, after ``compile_kernels``: the module source and the
@@ -177,7 +212,7 @@ class TritonGenerator(KernelGenerator):
         return {"launchers": list(self._launchers)}, {"source": self._source.encode()}
 
     def call(self, kernel, args: list[str]) -> str:
-        return f"{kernel.name}_launch({', '.join(args)})"
+        return f"{kernel.name}_launch({', '.join(args + ([] if self.interpret else ['_cu']))})"
 
     def source(self) -> str:
         return self._source
@@ -188,5 +223,14 @@ def load_cached_kernels(meta: dict, blobs: dict) -> dict:
     is imported from its cached source; nothing is rendered)."""
     if not meta["launchers"]:
         return {}
-    module = load_module(blobs["source"].decode())
-    return {name: getattr(module, name) for name in meta["launchers"]}
+    source = blobs["source"].decode()
+    if "\nINTERPRET = False\n" in source:
+        use_triton_cache_dir()
+    return _objects(load_module(source), meta["launchers"])
+
+
+def _objects(module, launchers: list) -> dict:
+    """The wrapper's globals for a module's launchers (and the CUDA context reader)."""
+    objects = {name: getattr(module, name) for name in launchers}
+    objects["_kiln_cuda_context"] = _rt.cuda_context
+    return objects

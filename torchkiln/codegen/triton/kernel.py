@@ -509,11 +509,16 @@ class KernelRenderer:
         else:
             raise NotImplementedError(f"Triton kernels: reduction {t!r}")
 
-    def render_launcher(self) -> str:
+    def render_launcher(self, interpret: bool) -> str:
+        """``<name>_launch(buffers..., sizes..., _cu=None)``: sizes → numels, launch config
+        and grid by integer arithmetic, then the launch.  On a GPU it goes through a
+        :class:`runtime.Launcher` bound once per specialization; ``_cu`` is the
+        ``(device, stream)`` pair the wrapper reads once per call.  Under the
+        interpreter it calls the jit function as ``fn[grid](...)``."""
         k = self.k
         names = [b.name for b in k.buffers]
         sizes = [str(s) for s in k.size_args]
-        lines = [f"def {k.name}_launch({', '.join(names + sizes)}):"]
+        lines = [f"def {k.name}_launch({', '.join(names + sizes + ([] if interpret else ['_cu=None']))}):"]
         if k.device.type == "cuda":
             # A graph on CUDA may read CPU tensors (eager allows 0-dim CPU operands);
             # a GPU kernel cannot, so copy them over.
@@ -522,33 +527,86 @@ class KernelRenderer:
                     lines.append(f"    if {b.name}.device.type == 'cpu':")
                     lines.append(f"        {b.name} = {b.name}.to({str(k.device)!r})")
         lines.append(f"    xnumel = {pexpr(k.numel)}")
-        args = ", ".join(names + sizes)
         if k.reduction_ranges:
             lines += [f"    rnumel = {pexpr(k.reduction_numel)}",
                       "    if xnumel <= 0:", "        return",
                       f"    idx64 = _rt.needs_int64(xnumel * max(rnumel, 1), {', '.join(names)})",
-                      f"    persistent, XBLOCK, RBLOCK, warps = _rt.reduction_config(xnumel, rnumel, INTERPRET, {self.outer_reduction()})",
-                      "    grid = ((xnumel + XBLOCK - 1) // XBLOCK,)",
-                      "    if persistent:",
-                      f"        {k.name}_persistent[grid]({args}, xnumel, rnumel, XBLOCK=XBLOCK, RBLOCK=RBLOCK, IDX64=idx64, num_warps=warps)",
-                      "    else:",
-                      f"        {k.name}_looped[grid]({args}, xnumel, rnumel, XBLOCK=XBLOCK, RBLOCK=RBLOCK, IDX64=idx64, num_warps=warps)"]
+                      f"    persistent, XBLOCK, RBLOCK, warps = _rt.reduction_config(xnumel, rnumel, INTERPRET, {self.outer_reduction()})"]
+            specialized = ["xnumel", "rnumel"]
+            args = names + sizes + specialized + ["XBLOCK", "RBLOCK", "idx64"]
+            fns = (f"{k.name}_persistent", f"{k.name}_looped")
         else:
             lines += ["    if xnumel <= 0:", "        return",
                       f"    idx64 = _rt.needs_int64(xnumel, {', '.join(names)})",
-                      "    XBLOCK, warps = _rt.pointwise_config(xnumel, INTERPRET)",
-                      f"    {k.name}[((xnumel + XBLOCK - 1) // XBLOCK,)]({args}, xnumel, XBLOCK=XBLOCK, IDX64=idx64, num_warps=warps)"]
+                      "    XBLOCK, warps = _rt.pointwise_config(xnumel, INTERPRET)"]
+            specialized = ["xnumel"]
+            args = names + sizes + specialized + ["XBLOCK", "idx64"]
+            fns = (k.name,)
+        lines.append("    grid = (xnumel + XBLOCK - 1) // XBLOCK")
+        options = "num_warps=warps" + (", debug=True, sanitize_overflow=False" if self.checks else "")
+        pick = f"{fns[0]} if persistent else {fns[1]}" if len(fns) == 2 else fns[0]
+        if interpret:
+            lines.append(f"    ({pick})[(grid,)]({', '.join(args)}, {options})")
+        else:
+            launcher = f"{fns[0]}_L if persistent else {fns[1]}_L" if len(fns) == 2 else f"{fns[0]}_L"
+            key = (["_cu[0]", "warps", "XBLOCK"] + (["RBLOCK", "persistent"] if len(fns) == 2 else []) + ["idx64"]
+                   + [f"{n}.data_ptr() % 16 == 0" for n in names] + [f"_rt.int_spec({v})" for v in specialized]
+                   + ([f"({' | '.join(sizes)}) > 0x7fffffff"] if sizes else []))
+            lines += ["    if _cu is None:", "        _cu = _rt.cuda_context()",
+                      f"    L = {launcher}",
+                      f"    key = ({', '.join(key)})",
+                      "    launch = L.bound.get(key)",
+                      "    if launch is None:",
+                      f"        launch = L.bind(key, ({', '.join(args)},), dict({options}))",
+                      f"    launch(grid, _cu[1], {', '.join(args)})"]
         if self.checks:  # device_assert needs debug; no int32 overflow asserts
-            lines = [line.replace("num_warps=warps)", "num_warps=warps, debug=True, sanitize_overflow=False)")
-                     for line in lines]
             lines = lines[:1] + ["    try:"] + ["    " + line for line in lines[1:]] + [
                 "    except Exception as e:", "        _rt.raise_index_error(e)"]
         return "\n".join(lines)
 
-    def render(self) -> str:
-        """Source of the kernel's jit function(s) and its launcher ``<name>_launch``."""
+    def precompile_jobs(self, hints: dict) -> list[tuple[str, tuple, dict]]:
+        """``(jit function name, warmup args, options)`` of the specialization the launcher
+        will pick for sizes ``hints`` (the kernel's size hints, exact for static shapes),
+        with tensors given as their dtypes (Triton's ``warmup``); empty when a size has no
+        hint."""
+        k = self.k
+        subs = {**{s: v for s, v in k.size_hints.items()}, **hints}
+        try:
+            xnumel = int(sympy.sympify(k.numel).xreplace(subs))
+            rnumel = int(sympy.sympify(k.reduction_numel).xreplace(subs))
+            size_values = [int(sympy.sympify(s).xreplace(subs)) for s in k.size_args]
+        except (TypeError, ValueError):
+            return []
+        if xnumel <= 0:
+            return []
+        from .runtime import pointwise_config, reduction_config
+
+        dtypes = [b.dtype for b in k.buffers]
+        options = {"num_warps": 0}
+        if self.checks:
+            options.update(debug=True, sanitize_overflow=False)
+        if k.reduction_ranges:
+            idx64 = xnumel * max(rnumel, 1) > 2**31 - 1
+            persistent, xblock, rblock, warps = reduction_config(xnumel, rnumel, False, self.outer_reduction())
+            name = f"{k.name}_persistent" if persistent else f"{k.name}_looped"
+            args = (*dtypes, *size_values, xnumel, rnumel, xblock, rblock, idx64)
+        else:
+            idx64 = xnumel > 2**31 - 1
+            xblock, warps = pointwise_config(xnumel, False)
+            name = k.name
+            args = (*dtypes, *size_values, xnumel, xblock, idx64)
+        options["num_warps"] = warps
+        return [(name, args, options)]
+
+    def render(self, interpret: bool = True) -> str:
+        """Source of the kernel's jit function(s) and its launcher ``<name>_launch``
+        (for the interpreter or for a GPU); on a GPU also the ``<fn>_L`` launchers."""
         if self.k.reduction_ranges:
             parts = [self.render_persistent(), self.render_looped()]
+            fns = [f"{self.k.name}_persistent", f"{self.k.name}_looped"]
         else:
             parts = [self.render_pointwise()]
-        return "\n\n\n".join(parts + [self.render_launcher()])
+            fns = [self.k.name]
+        if not interpret:
+            parts.append("\n".join(f"{f}_L = _rt.Launcher({f})" for f in fns))
+        return "\n\n\n".join(parts + [self.render_launcher(interpret)])

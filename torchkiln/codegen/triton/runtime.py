@@ -8,6 +8,8 @@ interpreter (CPU tensors) blocks are larger, since each program costs Python ove
 """
 from __future__ import annotations
 
+import functools
+
 PERSISTENT_RNUMEL = 1024
 _INT32_LIMIT = 2**31 - 1
 
@@ -16,6 +18,7 @@ def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
+@functools.lru_cache(maxsize=4096)
 def pointwise_config(xnumel: int, interpret: bool) -> tuple[int, int]:
     """``(XBLOCK, num_warps)`` for a pointwise kernel over ``xnumel`` points."""
     cap = 8192 if interpret else 1024
@@ -23,6 +26,7 @@ def pointwise_config(xnumel: int, interpret: bool) -> tuple[int, int]:
     return xblock, max(1, min(4, xblock // 128))
 
 
+@functools.lru_cache(maxsize=4096)
 def reduction_config(xnumel: int, rnumel: int, interpret: bool, outer: bool = False) -> tuple[bool, int, int, int]:
     """``(persistent, XBLOCK, RBLOCK, num_warps)`` for a reduction of ``xnumel`` rows of ``rnumel``.
 
@@ -44,6 +48,82 @@ def reduction_config(xnumel: int, rnumel: int, interpret: bool, outer: bool = Fa
     elems = xblock * rblock
     warps = 2 if elems <= 256 else 4 if elems <= 2048 else 8
     return persistent, xblock, rblock, warps
+
+
+def int_spec(n: int) -> int:
+    """What Triton specializes a (specialized) int argument on: ``== 1`` (a constant),
+    divisible by 16, and beyond int32 (passed as int64); one small int for launch keys."""
+    return (n == 1) | ((n % 16 == 0) << 1) | ((n > _INT32_LIMIT) << 2)
+
+
+def cuda_context() -> tuple[int, int]:
+    """``(device index, raw stream)``: the current CUDA device and its current stream,
+    read once per wrapper call and passed to every launcher of the graph."""
+    import torch
+
+    dev = torch.cuda.current_device()
+    return dev, torch._C._cuda_getCurrentRawStream(dev)
+
+
+class Launcher:
+    """Launches one ``@triton.jit`` function through a binding made once per specialization.
+
+    The generated launcher computes a key with everything Triton specializes a compiled
+    kernel on (constexprs, ``num_warps``, 16-byte alignment of each pointer, ``int_spec``
+    of specialized ints, int64 sizes, the device) and calls ``bound[key](grid, stream,
+    *args)``; the first call of a key compiles (or loads from Triton's cache) through
+    ``JITFunction.run(warmup=True)`` and binds the compiled kernel's launcher, so later
+    launches skip Triton's per-call argument binding, specialization and cache lookup.
+    ``args`` are all of the jit function's parameters in order, constexprs included
+    (as ``JITFunction.run`` passes them to the compiled kernel).
+    """
+
+    __slots__ = ("fn", "bound")
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        self.bound: dict = {}
+
+    def bind(self, key, args: tuple, options: dict):
+        kernel = self.fn.run(*args, grid=None, warmup=True, **options)
+        kernel = kernel.result() if hasattr(kernel, "result") else kernel
+        launch = _bound_launch(kernel)
+        self.bound[key] = launch
+        return launch
+
+
+def _bound_launch(kernel):
+    """``launch(grid, stream, *args)`` for a compiled kernel (1-D grid)."""
+    from triton import knobs
+
+    if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+        def hooked(grid, stream, *args):  # a profiler's hooks get what JITFunction.run gives them
+            meta = kernel.launch_metadata((grid, 1, 1), stream, *args)
+            kernel.run(grid, 1, 1, stream, kernel.function, kernel.packed_metadata, meta,
+                       knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)
+        return hooked
+    run = kernel.run  # loads the binary into the current context
+    function, packed = kernel.function, kernel.packed_metadata
+    raw = getattr(run, "launch", None)
+    if (raw is not None and _direct_launch() and getattr(run, "global_scratch_size", 1) == 0
+            and getattr(run, "profile_scratch_size", 1) == 0):
+        # Triton 3.5/3.6's CudaLauncher.__call__ without its per-call scratch allocation
+        coop, pdl = run.launch_cooperative_grid, run.launch_pdl
+
+        def direct(grid, stream, *args):
+            raw(grid, 1, 1, stream, function, coop, pdl, None, None, packed, None, None, None, *args)
+        return direct
+
+    def launch(grid, stream, *args):
+        run(grid, 1, 1, stream, function, packed, None, None, None, *args)
+    return launch
+
+
+@functools.cache
+def _direct_launch() -> bool:
+    import triton
+
+    return triton.__version__.startswith(("3.5.", "3.6."))
 
 
 def needs_int64(numel: int, *tensors) -> bool:

@@ -1,0 +1,78 @@
+"""A Triton compile worker of :mod:`.compile_pool` (run as ``python -m``).
+
+Reads length-prefixed pickled jobs ``(module path, GPUTarget, [(jit function name,
+warmup args, options)...])`` on stdin; for each, compiles the specialization for the
+parent's GPU target and builds its C launcher (both cached on disk by Triton), and
+answers ``[error text or None per kernel]``.  It never creates a CUDA context: Triton's
+driver is told the target, device 0 and stream 0.  Exits at the end of stdin.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import struct
+import sys
+
+_modules: dict = {}
+
+
+def _module(path: str):
+    if path not in _modules:
+        name = "torchkiln_triton_" + os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _modules[path] = module
+    return _modules[path]
+
+
+def _use_target(target) -> None:
+    from triton.runtime.driver import driver
+
+    active = driver.active
+    active.get_current_target = lambda: target
+    active.get_current_device = lambda: 0
+    active.get_current_stream = lambda device=None: 0
+
+
+def compile_job(path: str, target, kernels: list) -> list:
+    _use_target(target)
+    module = _module(path)
+    errors = []
+    for name, args, options in kernels:
+        try:
+            kernel = getattr(module, name).warmup(*args, grid=(1,), **options)
+            from triton.runtime.driver import driver
+
+            driver.active.launcher_cls(kernel.src, kernel.metadata)  # the C launcher, cached on disk
+            errors.append(None)
+        except Exception as e:  # the parent compiles it again and reports the error
+            errors.append(f"{type(e).__name__}: {e}")
+    return errors
+
+
+def main() -> None:
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # prints of the compiler go to stderr, never into the answers
+    import torch  # noqa: F401  (dtypes in the jobs; triton's MockTensor)
+    import triton  # noqa: F401
+
+    inp = sys.stdin.buffer
+    while True:
+        head = inp.read(8)
+        if len(head) < 8:
+            return
+        job = pickle.loads(inp.read(struct.unpack("<Q", head)[0]))
+        try:
+            answer = compile_job(*job)
+        except Exception as e:
+            answer = [f"{type(e).__name__}: {e}"]
+        data = pickle.dumps(answer)
+        out.write(struct.pack("<Q", len(data)) + data)
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
