@@ -3,7 +3,8 @@
 Compiles a one-kernel pointwise graph and a one-kernel reduction graph, then times, in
 CPU microseconds per launch (median of 5 rounds of N launches on small tensors, so the
 GPU keeps up): Triton's own dispatch (``jit_fn[grid](...)``, what the launchers did
-before), the generated ``kernelN_launch`` (bound launcher), and whole calls of the
+before), the generated ``kernelN_launch`` (bound launcher), the bound launch alone (the
+floor: Triton's C launcher), and whole calls of the
 compiled function against eager and torch.compile (peer).
 
     python benchmarks/launch_overhead.py [--n 20000]
@@ -68,11 +69,20 @@ def main() -> None:
             jit = lambda: mod.kernel0_persistent[(1,)](x, y, out, 64, 64, XBLOCK=64, RBLOCK=64, IDX64=False, num_warps=8)  # noqa: E731
         peer = torch.compile(fn)
         peer(x, y)
-        rows.append((name, _time(jit, n), _time(lambda: launch(x, y, out), n), _time(lambda: compiled(x, y), n // 4),
+        launch(x, y, out)
+        floor = float("nan")
+        bound = getattr(mod, "kernel0_L", None) or getattr(mod, "kernel0_persistent_L", None)
+        if bound is not None and len(bound.bound) >= 1:  # the bound launch alone: the floor
+            b = next(iter(bound.bound.values()))
+            stream = torch.cuda.current_stream().cuda_stream
+            args = (x, y, out, 4096, 1024, False) if name == "pointwise" else (x, y, out, 64, 64, 64, 64, False)
+            floor = _time(lambda: b(4 if name == "pointwise" else 1, stream, *args), n)
+        rows.append((name, _time(jit, n), _time(lambda: launch(x, y, out), n), floor, _time(lambda: compiled(x, y), n // 4),
                      _time(lambda: peer(x, y), n // 4), _time(lambda: fn(x, y), n // 4)))
-    print(f"{'kernel':<10} {'triton jit us':>14} {'launcher us':>12} {'kiln call us':>13} {'peer call us':>13} {'eager us':>9}")
+    print(f"{'kernel':<10} {'triton jit us':>14} {'launcher us':>12} {'bound us':>9} {'kiln call us':>13} "
+          f"{'peer call us':>13} {'eager us':>9}")
     for r in rows:
-        print(f"{r[0]:<10} {r[1]:>14.2f} {r[2]:>12.2f} {r[3]:>13.2f} {r[4]:>13.2f} {r[5]:>9.2f}")
+        print(f"{r[0]:<10} {r[1]:>14.2f} {r[2]:>12.2f} {r[3]:>9.2f} {r[4]:>13.2f} {r[5]:>13.2f} {r[6]:>9.2f}")
 
 
 if __name__ == "__main__":

@@ -33,11 +33,11 @@ _pool: "_Pool | None" = None
 
 
 def workers() -> int:
-    """The pool size: ``$TORCHKILN_COMPILE_THREADS``, else min(cpu count, 16)."""
+    """The pool size: ``$TORCHKILN_COMPILE_THREADS``, else min(cpu count, 8)."""
     env = os.environ.get("TORCHKILN_COMPILE_THREADS")
     if env is not None:
         return max(int(env), 0)
-    return min(os.cpu_count() or 1, 16)
+    return min(os.cpu_count() or 1, 8)
 
 
 class _Pool:
@@ -98,12 +98,18 @@ def pool() -> "_Pool | None":
         return _pool
 
 
+# Fewer kernels than this compile at their first launch unless the pool already runs
+# (starting the workers costs seconds: an import of torch and triton each).
+MIN_JOBS_TO_START = 4
+
+
 def precompile(path: str, jobs: list, target) -> concurrent.futures.Future:
     """A future done when every job ``(jit function name, warmup args, options)`` of the
     module at ``path`` has been compiled by the pool (failures included: see above).
-    Done at once when the pool is disabled or there is nothing to compile."""
+    Done at once when the pool is disabled, not started and given few jobs, or there
+    is nothing to compile."""
     done: concurrent.futures.Future = concurrent.futures.Future()
-    p = pool() if jobs else None
+    p = pool() if len(jobs) >= MIN_JOBS_TO_START or (jobs and _pool is not None) else None
     if p is None:
         done.set_result(None)
         return done

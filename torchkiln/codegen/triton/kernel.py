@@ -527,31 +527,44 @@ class KernelRenderer:
                     lines.append(f"    if {b.name}.device.type == 'cpu':")
                     lines.append(f"        {b.name} = {b.name}.to({str(k.device)!r})")
         lines.append(f"    xnumel = {pexpr(k.numel)}")
+        static = self.static_config(interpret)
+        if static is not None:  # static sizes: the config, grid and key parts are literals
+            if static["xnumel"] <= 0:
+                return "\n".join(lines[:1] + ["    return"])
+            lines = lines[:-1] + [f"    {name} = {value!r}" for name, value in static.items()]
         if k.reduction_ranges:
-            lines += [f"    rnumel = {pexpr(k.reduction_numel)}",
-                      "    if xnumel <= 0:", "        return",
-                      f"    idx64 = _rt.needs_int64(xnumel * max(rnumel, 1), {', '.join(names)})",
-                      f"    persistent, XBLOCK, RBLOCK, warps = _rt.reduction_config(xnumel, rnumel, INTERPRET, {self.outer_reduction()})"]
+            if static is None:
+                lines += [f"    rnumel = {pexpr(k.reduction_numel)}",
+                          "    if xnumel <= 0:", "        return",
+                          "    idx64 = " + ("False" if self.static_int32() else
+                                           f"_rt.needs_int64(xnumel * max(rnumel, 1), {', '.join(names)})"),
+                          f"    persistent, XBLOCK, RBLOCK, warps = _rt.reduction_config(xnumel, rnumel, INTERPRET, {self.outer_reduction()})",
+                          "    grid = (xnumel + XBLOCK - 1) // XBLOCK"]
             specialized = ["xnumel", "rnumel"]
             args = names + sizes + specialized + ["XBLOCK", "RBLOCK", "idx64"]
             fns = (f"{k.name}_persistent", f"{k.name}_looped")
         else:
-            lines += ["    if xnumel <= 0:", "        return",
-                      f"    idx64 = _rt.needs_int64(xnumel, {', '.join(names)})",
-                      "    XBLOCK, warps = _rt.pointwise_config(xnumel, INTERPRET)"]
+            if static is None:
+                lines += ["    if xnumel <= 0:", "        return",
+                          "    idx64 = " + ("False" if self.static_int32() else f"_rt.needs_int64(xnumel, {', '.join(names)})"),
+                          "    XBLOCK, warps = _rt.pointwise_config(xnumel, INTERPRET)",
+                          "    grid = (xnumel + XBLOCK - 1) // XBLOCK"]
             specialized = ["xnumel"]
             args = names + sizes + specialized + ["XBLOCK", "idx64"]
             fns = (k.name,)
-        lines.append("    grid = (xnumel + XBLOCK - 1) // XBLOCK")
         options = "num_warps=warps" + (", debug=True, sanitize_overflow=False" if self.checks else "")
         pick = f"{fns[0]} if persistent else {fns[1]}" if len(fns) == 2 else fns[0]
         if interpret:
             lines.append(f"    ({pick})[(grid,)]({', '.join(args)}, {options})")
         else:
             launcher = f"{fns[0]}_L if persistent else {fns[1]}_L" if len(fns) == 2 else f"{fns[0]}_L"
-            key = (["_cu[0]", "warps", "XBLOCK"] + (["RBLOCK", "persistent"] if len(fns) == 2 else []) + ["idx64"]
-                   + [f"{n}.data_ptr() % 16 == 0" for n in names] + [f"_rt.int_spec({v})" for v in specialized]
-                   + ([f"({' | '.join(sizes)}) > 0x7fffffff"] if sizes else []))
+            if static is not None:  # the config is fixed: one launcher, the key is pointers + device
+                launcher = f"{fns[0] if static.get('persistent', True) else fns[1]}_L"
+                key = ["_cu[0]"] + [f"{n}.data_ptr() % 16 == 0" for n in names]
+            else:
+                key = (["_cu[0]", "warps", "XBLOCK"] + (["RBLOCK", "persistent"] if len(fns) == 2 else []) + ["idx64"]
+                       + [f"{n}.data_ptr() % 16 == 0" for n in names] + [f"_rt.int_spec({v})" for v in specialized])
+            key += [f"({' | '.join(sizes)}) > 0x7fffffff"] if sizes else []
             lines += ["    if _cu is None:", "        _cu = _rt.cuda_context()",
                       f"    L = {launcher}",
                       f"    key = ({', '.join(key)})",
@@ -563,6 +576,56 @@ class KernelRenderer:
             lines = lines[:1] + ["    try:"] + ["    " + line for line in lines[1:]] + [
                 "    except Exception as e:", "        _rt.raise_index_error(e)"]
         return "\n".join(lines)
+
+    def static_config(self, interpret: bool) -> dict | None:
+        """The launcher's variables when every size is static: ``xnumel`` (``rnumel``),
+        the config, ``idx64`` (when provably int32) and ``grid``; else None."""
+        k = self.k
+        if interpret or k.size_args or not (sympy.sympify(k.numel).is_Integer and sympy.sympify(k.reduction_numel).is_Integer):
+            return None
+        if not self.static_int32():
+            return None
+        from .runtime import pointwise_config, reduction_config
+
+        xnumel, rnumel = int(k.numel), int(k.reduction_numel)
+        if xnumel <= 0:
+            return {"xnumel": xnumel}
+        if k.reduction_ranges:
+            persistent, xblock, rblock, warps = reduction_config(xnumel, rnumel, False, self.outer_reduction())
+            out = {"xnumel": xnumel, "rnumel": rnumel, "persistent": persistent, "XBLOCK": xblock,
+                   "RBLOCK": rblock, "warps": warps}
+        else:
+            xblock, warps = pointwise_config(xnumel, False)
+            out = {"xnumel": xnumel, "XBLOCK": xblock, "warps": warps}
+        return {**out, "idx64": False, "grid": (xnumel + xblock - 1) // xblock}
+
+    def static_int32(self) -> bool:
+        """Whether every index and index value of the kernel provably fits int32: static
+        sizes and affine indices in the loop variables (no indirect or size symbols).
+        The launcher then passes ``IDX64=False`` without looking at storages."""
+        k = self.k
+        ranges = dict(zip(k.index_vars, k.ranges))
+        ranges.update(zip(k.reduction_vars, k.reduction_ranges))
+        if not all(sympy.sympify(r).is_Integer for r in ranges.values()):
+            return False
+        if int(sympy.sympify(k.numel)) * max(int(sympy.sympify(k.reduction_numel)), 1) > 2**31 - 1:
+            return False
+        for e in index_expressions(k.loops):
+            e = sympy.expand(sympy.sympify(e))
+            if e.free_symbols - set(ranges):
+                return False
+            bound = 0
+            for term in sympy.Add.make_args(e):
+                coeff, rest = term.as_coeff_Mul()
+                if rest == 1:
+                    bound += abs(coeff)
+                elif rest in ranges:
+                    bound += abs(coeff) * max(int(ranges[rest]) - 1, 0)
+                else:
+                    return False
+            if bound > 2**31 - 1:
+                return False
+        return True
 
     def precompile_jobs(self, hints: dict) -> list[tuple[str, tuple, dict]]:
         """``(jit function name, warmup args, options)`` of the specialization the launcher

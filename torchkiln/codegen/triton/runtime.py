@@ -61,7 +61,7 @@ def cuda_context() -> tuple[int, int]:
     read once per wrapper call and passed to every launcher of the graph."""
     import torch
 
-    dev = torch.cuda.current_device()
+    dev = torch._C._cuda_getDevice()
     return dev, torch._C._cuda_getCurrentRawStream(dev)
 
 
