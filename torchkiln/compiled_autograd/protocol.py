@@ -59,7 +59,7 @@ import os
 
 import torch
 
-VERIFIED = {(2, 11), (2, 13)}
+VERIFIED = {(2, 11), (2, 13), (2, 15)}  # 2.15: tests/compiled_autograd 54 passed (CPU, opt-in run)
 OPT_IN = "TORCHKILN_CA_UNVERIFIED_PROTOCOL"  # =1: capture on an unverified torch anyway (to verify it)
 REQUIRED = ("set_autograd_compiler", "clear_cache", "set_verbose_logger", "call_cpp_tensor_pre_hooks")
 
