@@ -291,3 +291,15 @@ def test_advanced_iterator_at_break_resumes():
         return out, list(itertools.zip_longest("ab", "xyz", fillvalue="-")), list(itertools.pairwise("abcd"))
 
     run_both(g, lambda: (X,))
+
+
+def test_counter_rebuilt_and_unary_ops():
+    """test_collections TestCounter: a Counter made in the frame is rebuilt with its counts
+    (``Counter(pairs)`` would count the pairs), and ``+c``/``-c`` of one are Counters."""
+    def f(x):
+        c = collections.Counter(a=-5, b=0, c=5)
+        p = dict(+c)
+        torchkiln.graph_break()
+        return c, p, dict(-c), x + 1
+
+    run_both(f, lambda: (X,), frames=None)

@@ -566,17 +566,28 @@ class InstructionTranslatorBase:
 
     def UNARY_NEGATIVE(self, inst):
         self.push(BuiltinVariable(operator.neg).call_function(self, [self.pop()], {}) if not self.stack[-1].is_python_constant()
-                  else ConstantVariable(-self.pop().as_python_constant()))
+                  else self._unary_const(operator.neg, self.pop()))
 
     def UNARY_POSITIVE(self, inst):
         value = self.pop()
-        self.push(ConstantVariable(+value.as_python_constant()) if value.is_python_constant()
+        self.push(self._unary_const(operator.pos, value) if value.is_python_constant()
                   else self.output.call_function(self, operator.pos, [value], {}))
 
     def UNARY_INVERT(self, inst):
         value = self.pop()
-        self.push(ConstantVariable(~value.as_python_constant()) if value.is_python_constant()
+        self.push(self._unary_const(operator.invert, value) if value.is_python_constant()
                   else self.output.call_function(self, operator.invert, [value], {}))
+
+    def _unary_const(self, op, value):
+        """``op`` of constant data run for real; the result may be a container (``-Counter``).
+        Another object's dunder (a user class) is not run at trace time: graph break."""
+        real = value.as_python_constant()
+        if type(real).__module__ not in ("builtins", "collections", "torch"):
+            unsupported(f"{op.__name__} of a {type(real).__name__} constant")
+        try:
+            return wrap_constant_like(self, op(real))
+        except Exception as e:  # noqa: BLE001 - raised again when the instruction runs natively
+            unsupported(f"{op.__name__} raised {type(e).__name__}: {e}")
 
     def UNARY_NOT(self, inst):
         value = self.pop()

@@ -300,7 +300,15 @@ class DictVariable(VariableTracker):
         if user_cls is collections.defaultdict:
             factory = cg.recipe(self.default_factory)
             return lambda rt: collections.defaultdict(factory(rt), [(k(rt), v(rt)) for k, v in pairs])
-        return lambda rt: user_cls([(k(rt), v(rt)) for k, v in pairs])
+        if user_cls in (dict, collections.OrderedDict):
+            return lambda rt: user_cls([(k(rt), v(rt)) for k, v in pairs])
+
+        def make(rt):  # Counter(pairs) would count the pairs: set the items one by one
+            result = user_cls()
+            for k, v in pairs:
+                result[k(rt)] = v(rt)
+            return result
+        return make
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__getitem__" and len(args) == 1 and not kwargs:
