@@ -283,3 +283,26 @@ def test_frame_reading_builtins_see_the_user_frame():
         return out
 
     assert compiled(f)(1, 2) == f(1, 2) == [True, False]
+
+
+def test_frame_observing_lifetimes_runs_eagerly_at_a_break():
+    """test_set/test_functools ``test_weakref``: across a graph break the transformed code
+    keeps the frame's values referenced, so a frame that watches lifetimes (weakref, gc)
+    or tracebacks runs eagerly instead of breaking."""
+    import gc
+    import weakref
+
+    def f(x):
+        s = set("abc")
+        p = weakref.proxy(s)
+        torchkiln.graph_break()
+        s = None
+        gc.collect()
+        try:
+            str(p)
+            return "alive"
+        except ReferenceError:
+            return "dead"
+
+    assert f(1) == "dead"
+    assert compiled(f)(1) == "dead"

@@ -953,6 +953,27 @@ _BREAKABLE = {"CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE
 
 _FRAME_BUILTINS = {locals, globals, vars, dir, eval, exec, super, sys._getframe}
 
+# Names whose use means the frame observes what a graph break changes: object lifetimes
+# (the transformed code keeps the frame's values referenced until the resume function
+# returns) and frames/tracebacks (resume functions and torchkiln frames appear in them).
+_RUNTIME_OBSERVERS = frozenset({
+    "weakref", "ref", "proxy", "WeakSet", "WeakValueDictionary", "WeakKeyDictionary", "WeakMethod", "finalize",
+    "getweakrefcount", "getrefcount", "gc", "gc_collect", "get_referrers", "get_referents",
+    "__traceback__", "tb_frame", "tb_next", "extract_tb", "format_tb", "walk_tb", "extract_stack",
+    "format_stack", "print_stack", "walk_stack", "f_back", "currentframe", "_getframe"})
+_OBSERVES: dict = {}
+
+
+def observes_runtime_state(code) -> bool:
+    """Whether ``code`` (or a function defined in it) uses :data:`_RUNTIME_OBSERVERS`: such
+    a frame runs eagerly rather than graph-break (it would see a difference)."""
+    result = _OBSERVES.get(code)
+    if result is None:
+        result = not _RUNTIME_OBSERVERS.isdisjoint(code.co_names) or any(
+            isinstance(c, types.CodeType) and observes_runtime_state(c) for c in code.co_consts)
+        _OBSERVES[code] = result
+    return result
+
 
 class InstructionTranslator(InstructionTranslatorBase):
     """The translator of the frame being captured (the root of inlining)."""
@@ -1099,6 +1120,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         region = self.regions[ip]
         if self.code.co_flags & 0x20:
             unsupported("graph break in a generator")
+        if observes_runtime_state(self.code):
+            unsupported("graph break in a frame that observes object lifetimes or frames (weakref, gc, tracebacks)")
         name = inst.name
         if name not in _BREAKABLE or any(
                 getattr(v, "user_context_exit", False) for v in self.stack) or (  # a user __exit__ must see exceptions
@@ -1195,7 +1218,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         instruction (used inside try blocks, whose handlers must see exceptions, and for
         instructions that are not a call or a jump).  A breaking call's callee still goes
         through ``compile_wrapper``."""
-
+        if observes_runtime_state(self.code):
+            unsupported("graph break in a frame that observes object lifetimes or frames (weakref, gc, tracebacks)")
         start = self._instruction_start(ip)
         inst = self.instructions[ip]
         callee_slot = None
