@@ -20,6 +20,7 @@ import torch
 
 from . import bounds, ir
 from . import layout as layout_opt
+from . import mkldnn
 from .ir import Constant, IndexValue, Masked, Op
 from .nodes import (
     Buffer, ExternKernel, InputBuffer, Layout, MultiOutput, MutationBuffer, Pointwise, Reduction, ReinterpretView,
@@ -1169,12 +1170,33 @@ def register_extern(*ops):
             lowerings[o] = lambda *args, _op=o, **kwargs: make_extern(_op, args, kwargs, fallback=False)
 
 
-register_extern(aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution, aten.convolution_backward,
+register_extern(aten.bmm, aten.baddbmm, aten.convolution, aten.convolution_backward,
                 aten.sort, aten.topk, aten._scaled_dot_product_flash_attention_for_cpu,
                 aten._scaled_dot_product_efficient_attention, aten._scaled_dot_product_flash_attention,
                 aten._scaled_dot_product_cudnn_attention, aten._scaled_dot_product_flash_attention_for_cpu_backward,
                 aten._scaled_dot_product_efficient_attention_backward, aten._scaled_dot_product_flash_attention_backward,
                 aten._cdist_forward, aten.cumsum, aten.cumprod, aten._cdist_backward)
+
+
+register_extern(aten.mm, aten.addmm)  # in extern_ops; the lowerings below pick the kernel
+
+
+@register(aten.addmm.default)
+def addmm(bias, mat1, mat2, *, beta=1, alpha=1):
+    """A linear layer through oneDNN (codegen/mkldnn.py), else ATen's addmm."""
+    fused = mkldnn.linear(bias, mat1, mat2, beta, alpha)
+    if fused is not None:
+        return make_extern(torch.ops.mkldnn._linear_pointwise.default, fused[0], {}, fallback=False, layout=fused[1])
+    kwargs = {k: v for k, v in (("beta", beta), ("alpha", alpha)) if v != 1}
+    return make_extern(aten.addmm.default, [bias, mat1, mat2], kwargs, fallback=False)
+
+
+@register(aten.mm.default)
+def mm(mat1, mat2):
+    fused = mkldnn.linear(None, mat1, mat2)
+    if fused is not None:
+        return make_extern(torch.ops.mkldnn._linear_pointwise.default, fused[0], {}, fallback=False, layout=fused[1])
+    return make_extern(aten.mm.default, [mat1, mat2], {}, fallback=False)
 
 
 @register(aten.convolution)

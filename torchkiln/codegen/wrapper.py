@@ -69,8 +69,8 @@ class WrapperCodegen:
         return self._consts[key]
 
     def arg(self, a) -> str:
-        if isinstance(a, ReinterpretView):
-            return self.view(a)
+        if isinstance(a, ReinterpretView):  # an extern call's argument: an input itself is fine
+            return self.view(a, inputs=True)
         if isinstance(a, Buffer):
             return a.name
         if isinstance(a, sympy.Basic):
@@ -88,10 +88,13 @@ class WrapperCodegen:
     def shape(self, exprs) -> str:
         return "(" + "".join(pexpr(e) + ", " for e in exprs) + ")"
 
-    def view(self, v: ReinterpretView) -> str:
+    def view(self, v: ReinterpretView, inputs: bool = False) -> str:
+        """``v`` as an expression: its buffer when the view would be the buffer itself (for
+        a graph input only with ``inputs``: a returned view of an input must stay a new
+        tensor object, as eager's; the prologue gave every input its fake strides)."""
         lay = v.layout
         base = v.base
-        if (not isinstance(base, InputBuffer) and base.layout is not None and lay.offset == 0
+        if ((inputs or not isinstance(base, InputBuffer)) and base.layout is not None and lay.offset == 0
                 and list(base.layout.size) == list(lay.size) and list(base.layout.stride) == list(lay.stride)):
             return base.name  # the buffer as allocated (or restrided): the view would be itself
         return self._as_strided(v)

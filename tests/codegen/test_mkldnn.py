@@ -1,0 +1,88 @@
+"""oneDNN extern kernels (codegen/mkldnn.py): linear layers run
+mkldnn._linear_pointwise where its preconditions hold and ATen's addmm/mm otherwise;
+eager PyTorch is the oracle."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torchkiln.codegen import compile_fx_inner, config
+from torchkiln.codegen.decompositions import decompositions
+
+aten = torch.ops.aten
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(func)
+        return func(*args, **(kwargs or {}))
+
+
+def _run(compiled, args):
+    with _Ops() as mode:
+        out = compiled(*args)
+    return out, torch.ops.mkldnn._linear_pointwise.default in mode.ops
+
+
+def _compile(fn, *args):
+    gm = make_fx(fn, decomposition_table=decompositions())(*args)
+    with config.patch(debug=True, fx_graph_cache=False):
+        return compile_fx_inner(gm, [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"])
+
+
+CASES = {
+    # name: (fn, args, uses oneDNN)
+    "linear": (lambda x, w, b: (torch.nn.functional.linear(x, w, b),), (torch.randn(6, 8), torch.randn(5, 8), torch.randn(5)), True),
+    "linear_3d_gelu": (lambda x, w, b: (torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)),),
+                       (torch.randn(2, 3, 8), torch.randn(5, 8), torch.randn(5)), True),
+    "no_bias": (lambda x, w: (x @ w.t(),), (torch.randn(6, 8), torch.randn(5, 8)), True),
+    "empty_rows": (lambda x, w, b: (torch.nn.functional.linear(x, w, b),), (torch.randn(0, 8), torch.randn(5, 8), torch.randn(5)), True),
+    "bias_2d": (lambda x, w, b: (aten.addmm(b, x, w.t()),), (torch.randn(6, 8), torch.randn(5, 8), torch.randn(6, 5)), False),
+    "beta_alpha": (lambda x, w, b: (aten.addmm(b, x, w.t(), beta=0.5, alpha=2.0),),
+                   (torch.randn(6, 8), torch.randn(5, 8), torch.randn(5)), False),
+    "weight_not_transposed": (lambda x, w: (x @ w,), (torch.randn(6, 8), torch.randn(8, 5)), False),
+    "x_transposed_input": (lambda x, w: (x.t() @ w.t(),), (torch.randn(8, 6), torch.randn(5, 8)), False),
+    "float64": (lambda x, w, b: (torch.nn.functional.linear(x, w, b),),
+                (torch.randn(6, 8, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64),
+                 torch.randn(5, dtype=torch.float64)), False),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_linear(name):
+    fn, args, onednn = CASES[name]
+    compiled = _compile(fn, *args)
+    out, used = _run(compiled, args)
+    assert used == onednn, compiled.source
+    for a, b in zip(out, fn(*args)):
+        assert a.shape == b.shape and a.stride() == b.stride()
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_config_off():
+    fn, args, _ = CASES["linear"]
+    with config.patch(mkldnn_linear=False):
+        compiled = _compile(fn, *args)
+    assert not _run(compiled, args)[1]
+
+
+def test_training_gradients():
+    import torchkiln
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x = torch.randn(3, 8)
+    model(x).sum().backward()
+    ref = [p.grad.clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = None
+    with config.patch(debug=True):
+        torchkiln.compile(model)(x).sum().backward()
+    for a, b in zip([p.grad for p in model.parameters()], ref):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
