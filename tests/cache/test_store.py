@@ -94,6 +94,39 @@ def test_lru_eviction_keeps_recent_entries(tmp_path):
     assert counters["cache"]["evicted"] > 0
 
 
+def test_eviction_covers_libraries_and_modules_and_skips_held_locks(tmp_path):
+    """cpp/ libraries (with their .cpp, .so.sha256), Triton modules and entries count
+    toward the bound and go oldest first, a key's files together; a key whose lock a
+    compile holds, lock files themselves and fresh temporary files stay."""
+    import filelock
+
+    local = LocalStore(str(tmp_path), limit=12_000)
+    cpp, triton = tmp_path / "cpp", tmp_path / "triton"
+    cpp.mkdir()
+    triton.mkdir()
+    files = {"held": ["held.so", "held.so.sha256"], "old": ["old.so", "old.so.sha256", "old.cpp"]}  # oldest first
+    for i, (key, names) in enumerate(files.items()):
+        for name in names:
+            (cpp / name).write_bytes(bytes(4000))
+            os.utime(cpp / name, (100 + i, 100 + i))
+        (cpp / f"{key}.so.lock").write_bytes(b"")
+    (triton / "mod.py").write_bytes(bytes(4000))
+    os.utime(triton / "mod.py", (105, 105))
+    (cpp / "fresh.so.123.tmp").write_bytes(bytes(100))
+    held = filelock.FileLock(str(cpp / "held.so.lock"))
+    with held:
+        for i in range(3):
+            local.put("ns", f"k{i}", bytes(1000))
+    assert not (cpp / "old.so").exists() and not (cpp / "old.cpp").exists() and not (cpp / "old.so.sha256").exists()
+    assert (cpp / "old.so.lock").exists()  # never deleted: another process may wait on it
+    assert (cpp / "held.so").exists() and (cpp / "held.so.sha256").exists()
+    assert not (triton / "mod.py").exists()
+    assert (cpp / "fresh.so.123.tmp").exists()
+    assert all(local.get("ns", f"k{i}") is not None for i in range(3))
+    local.clear()
+    assert sorted(os.listdir(cpp)) == ["fresh.so.123.tmp", "held.so.lock", "old.so.lock"]
+
+
 def test_size_limit_from_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCHKILN_CACHE_SIZE_LIMIT", "3M")
     assert get_store().local.limit == 3 << 20

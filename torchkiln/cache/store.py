@@ -8,7 +8,8 @@ process's tiered store for the current environment:
 
 * ``TORCHKILN_CACHE_DIR`` — the local directory (see ``utils/paths.py``);
   ``TORCHKILN_CACHE_SIZE_LIMIT`` — its bound in bytes (suffixes K, M, G; default 5G),
-  kept by least-recently-used eviction (a hit refreshes an entry's mtime).
+  kept by least-recently-used eviction of entries, C++ libraries and Triton modules
+  alike (a hit refreshes a file's mtime).
 * ``TORCHKILN_REMOTE_CACHE=redis://host:port/db`` — a Redis server shared by a fleet.
   Entries written there carry an HMAC-SHA256 over key and entry, keyed by
   ``TORCHKILN_CACHE_SECRET`` (or the contents of ``TORCHKILN_CACHE_SECRET_FILE``);
@@ -29,11 +30,13 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import errno
 import hashlib
 import hmac
 import json
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -130,6 +133,14 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def touch(path: str) -> None:
+    """Mark a cached file used now (the local bound evicts the oldest mtime first)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
 def write_atomic(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory and
     ``os.replace`` (readers see the old file or the whole new one).  Raises OSError."""
@@ -151,6 +162,7 @@ def write_atomic(path: str, data: bytes) -> None:
 
 
 ENTRY_SUFFIX = ".entry"
+RESCAN_EVERY = 32  # puts between two scans of the whole directory for the size bound
 
 
 class LocalStore(Store):
@@ -162,6 +174,7 @@ class LocalStore(Store):
         self.root = root
         self.limit = limit
         self._approx_bytes: int | None = None
+        self._puts_since_scan = 0
 
     def path(self, namespace: str, key: str) -> str:
         return os.path.join(self.root, namespace, key + ENTRY_SUFFIX)
@@ -183,10 +196,7 @@ class LocalStore(Store):
             except OSError:
                 pass
             return None
-        try:
-            os.utime(path)  # least recently used = oldest mtime
-        except OSError:
-            pass
+        touch(path)  # least recently used = oldest mtime
         return payload
 
     def put(self, namespace, key, payload):
@@ -199,8 +209,11 @@ class LocalStore(Store):
             _warn_once(f"put:{reason}", f"torchkiln cache: cannot write to {self.root} ({reason}: {e.strerror or e}); "
                                         "compiling without saving")
             return
-        if self._approx_bytes is None:
-            self._approx_bytes = sum(size for _, size, _ in self.entries())
+        self._puts_since_scan += 1
+        if self._approx_bytes is None or self._puts_since_scan >= RESCAN_EVERY:
+            # libraries and modules are written by the compilers, not through put(): rescan now and then
+            self._approx_bytes = sum(g[1] for g in self.groups())
+            self._puts_since_scan = 0
         else:
             self._approx_bytes += len(data)
         if self._approx_bytes > self.limit:
@@ -208,52 +221,103 @@ class LocalStore(Store):
 
     def entries(self, namespace: str | None = None) -> list[tuple[float, int, str]]:
         """``(mtime, bytes, path)`` of every entry (of ``namespace``, or all)."""
+        return [(mtime, size, paths[0]) for mtime, size, paths, _ in self.groups(namespace)
+                if paths[0].endswith(ENTRY_SUFFIX)]
+
+    def groups(self, namespace: str | None = None) -> list[tuple[float, int, list[str], str | None]]:
+        """``(mtime, bytes, paths, lock path)`` of every evictable unit (of ``namespace``,
+        or all): an ``.entry`` file, or the files of one key in the other directories
+        (``cpp/<key>.so`` with its ``.cpp`` and ``.so.sha256``, ``triton/<key>.py``...:
+        all names before the first dot alike).  ``mtime`` is the newest file's; lock
+        files are never evicted (deleting a held one breaks the lock), temporary files
+        of writers only when older than an hour (their writer died)."""
         out = []
         try:
-            namespaces = [namespace] if namespace else os.listdir(self.root)
+            namespaces = [namespace] if namespace else [n for n in os.listdir(self.root)
+                                                        if os.path.isdir(os.path.join(self.root, n))]
         except OSError:
             return out
+        now = time.time()
         for ns in namespaces:
             directory = os.path.join(self.root, ns)
             try:
                 names = os.listdir(directory)
             except OSError:
                 continue
+            by_key: dict[str, list] = {}
+            locks: dict[str, str] = {}
             for name in names:
+                path = os.path.join(directory, name)
+                stem = name.split(".", 1)[0] if not name.startswith(".") else name
+                if name.endswith(".lock"):
+                    locks[stem] = path
+                    continue
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                if (name.startswith(".tmp-") or name.endswith(".tmp")) and now - st.st_mtime < 3600:
+                    continue
                 if name.endswith(ENTRY_SUFFIX):
-                    path = os.path.join(directory, name)
-                    try:
-                        st = os.stat(path)
-                    except OSError:
-                        continue
-                    out.append((st.st_mtime, st.st_size, path))
+                    out.append((st.st_mtime, st.st_size, [path], None))
+                    continue
+                group = by_key.setdefault(stem, [0.0, 0, []])
+                group[0] = max(group[0], st.st_mtime)
+                group[1] += st.st_size
+                group[2].append(path)
+            out.extend((mtime, size, paths, locks.get(stem)) for stem, (mtime, size, paths) in by_key.items())
         return out
 
     def evict(self, target: float = 0.8) -> int:
-        """Delete least recently used entries until at most ``target * limit`` bytes remain."""
-        items = sorted(self.entries())
-        total = sum(size for _, size, _ in items)
+        """Delete least recently used units (:meth:`groups`: entries, C++ libraries,
+        Triton modules...) until at most ``target * limit`` bytes remain.  A unit whose
+        lock a compile holds now is skipped."""
+        items = sorted(self.groups(), key=lambda g: g[0])
+        total = sum(g[1] for g in items)
         removed = 0
-        for _, size, path in items:
+        for _, size, paths, lock_path in items:
             if total <= self.limit * target:
                 break
-            try:
-                os.unlink(path)
-            except OSError:
-                continue
-            total -= size
-            removed += 1
+            if self._remove(paths, lock_path):
+                total -= size
+                removed += 1
         _count("evicted", removed)
         self._approx_bytes = total
+        self._puts_since_scan = 0
         return removed
 
+    @staticmethod
+    def _remove(paths: list[str], lock_path: str | None) -> bool:
+        lock = contextlib.nullcontext()
+        if lock_path is not None:
+            import filelock
+
+            lock = filelock.FileLock(lock_path, timeout=0)
+        try:
+            with lock:
+                for path in paths:
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
+        except filelock_timeout():  # a compile writes this key now
+            return False
+        except OSError:
+            return False
+        return True
+
     def clear(self, namespace=None):
-        for _, _, path in self.entries(namespace):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        for _, _, paths, lock_path in self.groups(namespace):
+            self._remove(paths, lock_path)
         self._approx_bytes = None
+
+
+def filelock_timeout() -> type[BaseException]:
+    import filelock
+
+    return filelock.Timeout
 
 
 SIGNED, UNSIGNED = b"TKS1", b"TKU1"

@@ -9,7 +9,7 @@ import types
 import torch
 
 from ...cache.entry import CorruptEntry
-from ...cache.store import write_atomic
+from ...cache.store import touch, write_atomic
 from ...utils.paths import cache_dir
 from .. import bounds, config
 from ..generators import KernelGenerator
@@ -155,6 +155,8 @@ def load_cached_kernels(meta: dict, blobs: dict) -> dict:
         ok = False
     if not ok:
         write_atomic(path, binary)
+    else:
+        touch(path)
     kernels = [types.SimpleNamespace(name=name, buffers=[None] * nbuf, size_args=[None] * nsize)
                for name, nbuf, nsize in meta["kernels"]]
     sites = {name: [tuple(site) for site in s] for name, s in meta["sites"].items()}

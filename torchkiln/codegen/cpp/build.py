@@ -36,6 +36,7 @@ import warnings
 
 from filelock import FileLock
 
+from ...cache.store import touch
 from ...utils.counters import counters
 from ...utils.paths import cache_dir
 from .. import config
@@ -153,6 +154,7 @@ def _load_verified(so_path: str, warn: bool = True):
             why = "does not match its checksum"
             if _digest(so_path) == want:
                 lib = ctypes.CDLL(so_path)
+                touch(so_path)
         except OSError as e:
             why = f"failed to load ({e})"
     if lib is None and warn:
