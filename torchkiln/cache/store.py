@@ -505,7 +505,8 @@ def clear_memory() -> None:
 STATS_FILE = "stats.json"
 STAT_COUNTERS = {
     "cache": None,  # every counter of the store itself
-    "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass", "cpp_cache_hit", "cpp_cache_miss"),
+    "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass", "cpp_cache_hit", "cpp_cache_miss",
+                 "triton_cache_hit", "triton_cache_miss", "triton_cache_saved"),
     "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_saved", "autograd_cache_bypass"),
 }
 _flush_registered = False

@@ -24,6 +24,7 @@ import sys
 
 import torch
 
+from ...cache import triton_store
 from ...utils.paths import cache_dir
 from ..generators import KernelGenerator
 from . import compile_pool
@@ -146,6 +147,7 @@ def load_module(source: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    triton_store.bind_module(module)  # compiled binaries live in torchkiln's store (cache/triton_store.py)
     sys.modules[name] = module
     return module
 
