@@ -306,3 +306,52 @@ def test_frame_observing_lifetimes_runs_eagerly_at_a_break():
 
     assert f(1) == "dead"
     assert compiled(f)(1) == "dead"
+
+
+def test_function_annotations_made_in_frame_are_kept():
+    """test_functools update_wrapper / singledispatch ``register`` on an annotated
+    function: MAKE_FUNCTION's annotations were dropped, and ``getattr(f, name, default)``
+    returned the default for an attribute the tracker did not model."""
+    import functools
+
+    def f():
+        def g(a: "ann"):
+            pass
+
+        def wrapper(b: "old"):
+            pass
+        functools.update_wrapper(wrapper, g)
+        return wrapper.__annotations__, getattr(g, "__annotations__", None)
+
+    def h():
+        @functools.singledispatch
+        def i(arg):
+            return "base"
+
+        @i.register
+        def _(arg: list):
+            return "list"
+        return i([1]), i(None)
+
+    assert compiled(f)() == f()
+    assert compiled(h)() == h()
+
+
+def test_partialmethod_frame_binds_by_its_code():
+    """test_functools TestPartialMethod: a frame of partialmethod's ``_method`` was bound
+    with ``inspect.signature``, which reports the wrapped function's parameters."""
+    import functools
+
+    def capture(*args, **kw):
+        return args, kw
+
+    class A:
+        positional = functools.partialmethod(capture, 1)
+        nested = functools.partialmethod(positional, 5)
+
+    a = A()
+
+    def f(a):
+        return a.positional(c=6), a.nested(6, d=7), A.nested(a, 6, d=7)
+
+    assert compiled(f)(a) == f(a)

@@ -61,8 +61,12 @@ class CacheEntry:
 
 @functools.lru_cache(maxsize=1024)
 def _signature(fn, defaults_id, kwdefaults_id) -> inspect.Signature:
-    """``fn``'s signature, cached while its defaults stay the same objects."""
-    return inspect.signature(fn, follow_wrapped=False)
+    """The signature of ``fn``'s code and defaults, cached while its defaults stay the same
+    objects.  Not ``inspect.signature(fn)``: that honours ``__signature__`` and a
+    partialmethod's ``_partialmethod``, while the frame binds by its code."""
+    bare = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    bare.__kwdefaults__ = fn.__kwdefaults__
+    return inspect.signature(bare, follow_wrapped=False)
 
 
 def bind_locals(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict:

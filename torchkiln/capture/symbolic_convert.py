@@ -230,7 +230,18 @@ class InstructionTranslatorBase:
             obj.var_getattr(self, name)
             return True
         except Unsupported:
-            return False
+            # the tracker does not model it: CPython's answer is known only when the type
+            # alone decides (instances without __dict__ or __getattr__), or from the real
+            # object a tracker stands for (a deep copy made at trace time); else graph break
+            if value is not None and obj.source is None:
+                return hasattr(value, name)
+            try:
+                ptype = obj.python_type()
+            except Unsupported:
+                ptype = None
+            if ptype is None or "__dict__" in dir(ptype) or hasattr(ptype, "__getattr__"):
+                raise
+            return hasattr(ptype, name)
 
     def setattr(self, obj, name, value):
         if isinstance(obj, NewObjectVariable) or hasattr(obj, "store_attr"):
@@ -838,11 +849,11 @@ class InstructionTranslatorBase:
         code = self.pop().as_python_constant()
         flags = inst.arg
         closure = self.pop() if flags & 0x08 else None
-        if flags & 0x04:
-            self.pop()
+        annotations = self.pop() if flags & 0x04 else None
         kwdefaults = self.pop() if flags & 0x02 else None
         defaults = self.pop() if flags & 0x01 else None
-        self.push(NestedUserFunctionVariable(code, self.f_globals, code.co_qualname, defaults, kwdefaults, closure))
+        self.push(NestedUserFunctionVariable(code, self.f_globals, code.co_qualname, defaults, kwdefaults, closure,
+                                             annotations))
 
     # -- match statements ------------------------------------------------------------------
     def GET_LEN(self, inst):

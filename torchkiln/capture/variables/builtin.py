@@ -168,7 +168,9 @@ class BuiltinVariable(VariableTracker):
             try:
                 return tx.getattr(args[0], name)
             except Exception:
-                if n == 3 and not tx.attr_error_is_fatal(args[0], name):
+                # the default only where the attribute is known to be missing (a tracker
+                # that cannot model an attribute is no AttributeError: graph break)
+                if n == 3 and not tx.attr_error_is_fatal(args[0], name) and not tx.hasattr(args[0], name):
                     return args[2]
                 raise
         if fn is hasattr and n == 2:

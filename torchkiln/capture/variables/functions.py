@@ -117,13 +117,14 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
 
     rebuilt_once = True  # one object per run of the transformed code (identity)
 
-    def __init__(self, code, f_globals, qualname, defaults, kwdefaults, closure):
+    def __init__(self, code, f_globals, qualname, defaults, kwdefaults, closure, annotations=None):
         self.code = code
         self.f_globals = f_globals
         self.qualname = qualname
         self.defaults = defaults  # TupleVariable or None
         self.kwdefaults = kwdefaults  # DictVariable or None
         self.closure = closure  # tuple of CellVariable | None
+        self.annotations = annotations  # MAKE_FUNCTION's (name, value, ...) tuple or None
 
     def get_code(self):
         return self.code
@@ -143,12 +144,16 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         cells = [cg.recipe(c) for c in self.closure.items] if self.closure else None
         defaults = cg.recipe(self.defaults) if self.defaults is not None else (lambda rt: None)
         kwdefaults = cg.recipe(self.kwdefaults) if self.kwdefaults is not None else (lambda rt: None)
+        annotations = cg.recipe(self.annotations) if self.annotations is not None else None
 
         def make(rt):
             closure = tuple(c(rt) for c in cells) if cells is not None else None
             fn = types.FunctionType(code, f_globals, name.rsplit(".", 1)[-1], defaults(rt), closure)
             fn.__kwdefaults__ = kwdefaults(rt)
             fn.__qualname__ = name
+            if annotations is not None:
+                pairs = annotations(rt)
+                fn.__annotations__ = dict(pairs) if isinstance(pairs, dict) else dict(zip(pairs[::2], pairs[1::2]))
             return fn
         return make
 
