@@ -350,3 +350,377 @@ def test_mark_dynamic_reuses_graph(device):
         torchkiln.mark_dynamic(x, 1)
         assert_equal(opt(x), fn(x))
     assert counter.frame_count == 1
+
+
+# -- the seed's data-dependent tests (``.item()``, ``.tolist()``, ``nonzero``, masks) ---------
+#
+# The seed runs them under ``torch._dynamo.config.patch(capture_scalar_outputs=True)`` /
+# ``capture_dynamic_output_shape_ops=True``; so do these (``torchkiln.config``).  Where the
+# seed's text lost a decorator or the call of the compiled function (the translation cut
+# them), the test follows PyTorch's upstream test of the same name.
+
+scalar_outputs = torchkiln.config.patch(capture_scalar_outputs=True)
+dynamic_output_shapes = torchkiln.config.patch(capture_dynamic_output_shape_ops=True)
+both = torchkiln.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True)
+
+
+def fullgraph(fn, **kwargs):
+    """``torch.compile(fullgraph=True)`` that fails if torchkiln fell back to eager."""
+    return _checked(torchkiln.compile(fn, fullgraph=True, **kwargs))
+
+
+def test_arange_dynamic(device):
+    # no capture setting in the seed: ``torch.arange(0, a.max())`` reads a tensor's value,
+    # a graph break; the result must still be eager's
+    def fn(a):
+        batch_size = a.numel()
+        max_len = a.max()
+        return ~(torch.arange(0, max_len, device=a.device).type_as(a).repeat(batch_size, 1).lt(a.unsqueeze(1)))
+
+    a = torch.randint(10, 30, (10,), device=device)
+    a[0] = 29  # fix max_len
+    opt = compile_fn(fn)
+    assert_equal(opt(a), fn(a))
+
+
+@dynamic_output_shapes
+def test_bool_mask_nobreak(device):
+    def f(x, b):
+        return (x[b] * 2).sum()
+
+    opt_f = fullgraph(f)
+    x = torch.randn(5, device=device)
+    b = torch.tensor([True, True, False, False, True], device=device)
+    assert_equal(opt_f(x, b), f(x, b))
+
+
+@scalar_outputs
+def test_unwrap_storage_didnt_work_repro(device):
+    def f():
+        full = torch.full((), 11)
+        i0 = full.item()
+        torch._check_is_size(i0)
+        return torch.full((i0,), 0)
+
+    opt_f = fullgraph(f)
+    assert_equal(opt_f(), f())
+
+
+@dynamic_output_shapes
+def test_nonzero_size_factory_nobreak(device):
+    def f(x, b):
+        y = torch.nonzero(b)
+        return x.new_zeros(y.size(0))
+
+    opt_f = fullgraph(f)
+    x = torch.randn(5, device=device)
+    b = torch.tensor([True, True, False, False, True], device=device)
+    assert_equal(opt_f(x, b), f(x, b))
+
+
+@dynamic_output_shapes
+def test_nonzero_no_realloc(device):
+    def f(x, y):
+        z = x.nonzero()
+        return torch.split(z, [y.size(0)])
+
+    opt_f = fullgraph(f, dynamic=True)
+    x = torch.tensor([1, 0, 1, 1, 0, 1, 0], device=device)
+    y = torch.randn(4, device=device)
+    assert_equal(opt_f(x, y), f(x, y))
+
+
+@scalar_outputs
+def test_item_nobreak(device):
+    def f(x):
+        y = x.item()
+        return torch.empty(y)
+
+    out = fullgraph(f)(torch.tensor([3], device=device))
+    assert out.shape == (3,)
+
+
+@scalar_outputs
+def test_item_bool_nobreak(device):
+    def f(x):
+        return x.item()
+
+    for v in (True, False):
+        assert fullgraph(f)(torch.tensor([v], device=device)) is v
+
+
+@both
+def test_noops_tensor_repropagate(device):
+    def f(x):
+        b = torch.ops.prims.convert_element_type.default(x, torch.int64)
+        r = b.nonzero()
+        return r * 2
+
+    x = torch.tensor([0, 4, 2, 0, 1], dtype=torch.int64, device=device)
+    assert_equal(fullgraph(f)(x), f(x))
+
+
+@scalar_outputs
+def test_item_zeros_nobreak(device):
+    def f(x):
+        y = x.item()
+        torch.empty(y)
+        return x.new_zeros(y)
+
+    x = torch.tensor([3], device=device)
+    assert_equal(fullgraph(f)(x), f(x))
+
+
+@scalar_outputs
+def test_item_return(device):
+    def f(x):
+        y = x.item()
+        z = x.item()
+        return y + z
+
+    assert fullgraph(f)(torch.tensor([3], device=device)) == 6
+
+
+@both
+def test_float_item_inf(device):
+    def f(x):
+        return x.item() == math.inf
+
+    opt = fullgraph(f)
+    assert opt(torch.tensor([3.0], device=device)) is False
+    assert opt(torch.tensor([math.inf], device=device)) is True
+
+
+@both
+def test_float_item_neginf(device):
+    def f(x):
+        return x.item() == -math.inf
+
+    opt = fullgraph(f)
+    assert opt(torch.tensor([3.0], device=device)) is False
+    assert opt(torch.tensor([-math.inf], device=device)) is True
+
+
+@torch.library.custom_op("torchkiln_test::foo_item", mutates_args=())
+def _foo_item(x: torch.Tensor, y: int) -> torch.Tensor:
+    return x.clone()
+
+
+@_foo_item.register_fake
+def _(x: torch.Tensor, y: int) -> torch.Tensor:
+    return x.clone()
+
+
+@scalar_outputs
+def test_item_to_inputs_kernel_nobreak(device):
+    # the seed's custom op is ``test::foo``; test_dynamic_stride_nobreak defines another
+    # ``test::foo`` in the same process here, so each has its own name
+    def f(x, r):
+        y = x.item()
+        return torch.ops.torchkiln_test.foo_item(r, y)
+
+    r = torch.randn(10, device=device)
+    assert_equal(fullgraph(f)(torch.tensor([3], device=device), r), r)
+
+
+@both
+def test_float_item_return(device):
+    # an expected failure in the seed (torch.compile returned a wrong value then); here
+    # it follows eager
+    def f(x):
+        return x.item()
+
+    assert fullgraph(f)(torch.tensor([3.0], device=device)) == 3.0
+
+
+@scalar_outputs
+def test_unbacked_index_select(device):
+    # inner functions keep the unbacked symbols they capture
+    def f(x):
+        y = x.item()
+        return torch.index_select(torch.ones(y, device=device), 0, torch.tensor([0, 2, 1], device=device))
+
+    arg = torch.tensor(5, device=device)
+    assert_equal(fullgraph(f)(arg), f(arg))
+
+
+@both
+def test_return_unbacked_view_split(device):
+    def f(values, length_per_key):
+        u0, u1 = length_per_key.tolist()
+        torch._check_is_size(u0)
+        torch._check_is_size(u1)
+        v1, v2 = torch.functional.split(values, [u0, u1])
+        return v1, v2
+
+    args = (torch.randn(8, requires_grad=True, device=device), torch.tensor([3, 5], device=device))
+    assert_equal(fullgraph(f)(*args), f(*args))
+
+
+@scalar_outputs
+def test_case2(device):
+    # the seed's body is missing; its neighbours return views and feed kernels sized by
+    # unbacked symbols.  Here: a slice to an unbacked length, a kernel over it and a view
+    # of it returned, the bound checked at run time (the slice needs u0 <= x.size(0))
+    def f(x, n):
+        k = n.item()
+        torch._check_is_size(k)
+        torch._check(k <= x.size(0))
+        head = x[:k]
+        return (head * 2).sum(0), head.t()
+
+    opt = fullgraph(f)
+    x = torch.randn(6, 3, device=device)
+    for k in (4, 6, 0):
+        n = torch.tensor(k, device=device)
+        assert_equal(opt(x, n), f(x, n))
+    with pytest.raises(RuntimeError, match="<= 6|6 >="):
+        opt(x, torch.tensor(7, device=device))
+
+
+@scalar_outputs
+def test_unbacked_matmul(device):
+    def f(x):
+        y = x.item()
+        return torch.ones(1, y, device=device) @ torch.ones(y, 1, device=device)
+
+    arg = torch.tensor(5, device=device)
+    assert_equal(fullgraph(f)(arg), f(arg))
+
+
+@torch.library.custom_op("torchkiln_test::_cat", mutates_args=())
+def _test_cat(t: torch.Tensor, ds: list[int]) -> torch.Tensor:
+    return t * t.new_ones([sum(ds)])
+
+
+@torch.library.register_fake("torchkiln_test::_cat")
+def _test_cat_fake(t: torch.Tensor, ds: list[int]) -> torch.Tensor:
+    for d in ds:
+        torch._check(d >= 0)  # the seed's _check_is_size (deprecated since)
+    return t.new_empty([sum(ds)])
+
+
+torch.library.register_autograd("torchkiln_test::_cat", lambda ctx, grad: (grad.sum(), None),
+                                setup_context=lambda ctx, inputs, output: None)
+
+
+@both
+def test_unbacked_save_for_backwards(device):
+    def fn(t, sizes):
+        r = torch.ops.torchkiln_test._cat(t, sizes.tolist())
+        return r * t
+
+    t = torch.randn((), requires_grad=True, device=device)
+    sizes = torch.tensor([4, 8], dtype=torch.int64, device="cpu")
+    fn(t, sizes).sum().backward()
+    expect = t.grad
+    t.grad = None
+    fullgraph(fn, dynamic=True)(t, sizes).sum().backward()
+    assert_equal(t.grad, expect)
+
+
+@scalar_outputs
+def test_unbacked_reduction(device):
+    # the seed expects a failure on x86 CPUs (torch.compile's C++ reduction over an
+    # unbacked size failed there); torchkiln's passes on every path
+    def f(x):
+        y = x.item()
+        return torch.ones(y, device=device).sum()
+
+    arg = torch.tensor(5, device=device)
+    assert_equal(fullgraph(f)(arg), f(arg))
+
+
+@both
+def test_cat_unbacked_duplicate_size(device):
+    def f(x):
+        device = x.device
+        s, s2 = x.tolist()
+        g = torch.zeros(s, device=device)
+        g2 = torch.ones(s2, device=device)
+        return torch.ops.aten.cat.default([g, g, g2])
+
+    arg = torch.tensor([4, 6], device=device)  # the seed puts it on GPU_TYPE
+    assert_equal(fullgraph(f)(arg), f(arg))
+
+
+def _cat_of_ones(x, w):
+    device = w.device
+    a, b = x.tolist()
+    ta = torch.ones(a, device=device)
+    tb = torch.ones(b, device=device)
+    pa = ta * w  # make it require gradients
+    pb = tb * w
+    return torch.cat([pa, pb])
+
+
+@both
+def test_unbacked_cat_backwards(device):
+    def f(x, w):
+        return _cat_of_ones(x, w).sum()
+
+    x = torch.tensor([4, 9])
+    w = torch.randn(1, requires_grad=True)
+    f(x, w).backward()
+    orig_w = w.grad
+    w.grad = None
+    fullgraph(f)(x, w).backward()
+    assert_equal(orig_w, w.grad)
+
+
+@both
+def test_unbacked_cat_backwards_save_data_dependent(device):
+    x = torch.tensor([4, 9])
+    w = torch.randn(1, requires_grad=True)
+    _cat_of_ones(x, w).sum().backward()
+    orig_w = w.grad
+    w.grad = None
+    fullgraph(_cat_of_ones)(x, w).sum().backward()
+    assert_equal(orig_w, w.grad)
+
+
+@torch.library.custom_op("torchkiln_test::foo_stride", mutates_args=())
+def _foo_stride(x: torch.Tensor) -> torch.Tensor:
+    stride = x.item()
+    return torch.empty_strided((1,), (stride,), device=x.device)
+
+
+@_foo_stride.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    ctx = torch.library.get_ctx()
+    stride = ctx.new_dynamic_size()
+    return torch.empty_strided((1,), (stride,), device=x.device)
+
+
+@both
+def test_dynamic_stride_nobreak(device):
+    def f(x):
+        r = torch.ops.torchkiln_test.foo_stride(x)
+        y = r.stride(0)
+        return torch.empty(y, device=x.device)
+
+    assert fullgraph(f)(torch.tensor([3], device=device)).shape == (3,)
+
+
+@scalar_outputs
+def test_item_materialize(device):
+    def fn(x):
+        return x.sum(dim=0).view(4).tolist()
+
+    a = torch.ones(3, 4, dtype=torch.int64, device=device)
+    assert fullgraph(fn)(a) == fn(a)
+
+
+@scalar_outputs
+def test_item_unbacked_stride_nobreak(device):
+    def f(x):
+        a = x.item()
+        torch._check_is_size(a)
+        torch._check(a >= 1)
+        torch._check(a <= 10)
+        return torch.ones(a, a)
+
+    opt = fullgraph(f, dynamic=True)
+    assert_equal(opt(torch.tensor([5], device=device)), torch.ones(5, 5))
+    with pytest.raises(RuntimeError, match="<= 10"):
+        opt(torch.tensor([11], device=device))

@@ -8,12 +8,13 @@ from typing import Callable, Optional
 
 import torch
 import torch.utils._pytree as pytree
+from torch.fx.experimental.symbolic_shapes import PropagateUnbackedSymInts
 
 from . import autograd_cache
 from .analysis import run_analysis
 from .config import config
 from .dispatch import AOTConfig, aot_dispatch_flat
-from .fakes import make_fake_inputs, tracing_context
+from .fakes import _active_fake_mode, make_fake_inputs, shape_env_of, tracing_context
 from .tracing import trace_forward, trace_joint as _trace_joint
 
 def aot_function(fn: Callable, fw_compiler: Callable, bw_compiler: Optional[Callable] = None,
@@ -120,9 +121,20 @@ def aot_module_simplified(gm: torch.nn.Module, example_inputs: list, fw_compiler
             evs = None
     evs = [None] * len(names) + evs if evs is not None else None
 
+    capture_env = None  # the ShapeEnv of capture's data-dependent symbols, if any
+    if isinstance(gm, torch.fx.GraphModule):
+        for n in gm.graph.nodes:
+            if "unbacked_bindings" in n.meta:
+                capture_env = shape_env_of(n.meta.get("example_value"))
+                break
+
     def flat_fn(*args):
         if names:
             out = torch.func.functional_call(gm, dict(zip(names, args[:len(names)])), tuple(args[len(names):]))
+        elif capture_env is not None and getattr(_active_fake_mode(), "shape_env", None) is capture_env:
+            # data-dependent sizes (u0 = x.item() ...): each trace's new symbols are renamed
+            # to capture's, so the analysis, the joint graph and its tangents agree on them
+            out = PropagateUnbackedSymInts(gm).run(*args)
         else:
             out = gm(*args)
         return out if isinstance(out, (list, tuple)) else (out,)

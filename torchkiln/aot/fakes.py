@@ -29,6 +29,16 @@ def _active_fake_mode() -> Optional[FakeTensorMode]:
     return None
 
 
+def shape_env_of(val):
+    """The ShapeEnv of the first symbolic value or fake tensor in pytree ``val`` (or None)."""
+    for leaf in torch.utils._pytree.tree_leaves(val):
+        if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return leaf.node.shape_env
+        if isinstance(leaf, FakeTensor):
+            return leaf.fake_mode.shape_env
+    return None
+
+
 def _matches(fake, real) -> bool:
     if not isinstance(real, torch.Tensor):
         return True
@@ -56,7 +66,8 @@ def make_fake_inputs(args: list, example_values: Optional[list] = None, dynamic:
     evs = example_values if example_values is not None and len(example_values) == len(args) else [None] * len(args)
     mode = fake_mode_of(evs) or fake_mode_of(args) or _active_fake_mode()
     if mode is None:
-        mode = FakeTensorMode(shape_env=ShapeEnv() if dynamic else None, allow_non_fake_inputs=True)
+        # a ShapeEnv also for static sizes: .item() and nonzero() make unbacked symbols in it
+        mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
     fakes = []
     for a, ev in zip(args, evs):
         if isinstance(a, torch.Tensor) and isinstance(ev, FakeTensor) and ev.fake_mode is mode and _matches(ev, a):
@@ -81,6 +92,9 @@ def tracing_context(fake_mode, joint: bool = False):
     whenever the *input* needs no grad, even if the weights do).
     """
     stack = contextlib.ExitStack()
+    if hasattr(fake_mode, "epoch"):
+        # fake inputs forget memoised .item()/nonzero() symbols: each trace makes its own
+        fake_mode.epoch += 1
     stack.enter_context(fake_mode)
     stack.enter_context(enable_python_dispatcher())
     if joint:

@@ -22,6 +22,11 @@ import operator
 
 import torch
 import torch.fx as fx
+import sympy
+import torch.utils._pytree as pytree
+from torch.fx.experimental.symbolic_shapes import resolve_unbacked_bindings
+
+from .fakes import shape_env_of
 
 aten = torch.ops.aten
 
@@ -95,9 +100,70 @@ def _split(joint_gm: fx.GraphModule, num_fwd_outputs: int, saved: list):
     tangents = [n for n in joint_gm.graph.nodes if _is_tangent(n)]
     saved_syms = [n for n in saved if _is_sym(n)]
     saved_tensors = [n for n in saved if not _is_sym(n)]
-    fw = extract_graph(joint_gm.graph, primals, fwd_outs + saved_tensors + saved_syms)
     bw = extract_graph(joint_gm.graph, saved_syms + saved_tensors + tangents, grads)
+    extra = _unbacked_symbols_to_save(joint_gm, bw)
+    if extra:
+        saved_syms = saved_syms + [n for n in extra if n not in saved_syms]
+        bw = extract_graph(joint_gm.graph, saved_syms + saved_tensors + tangents, grads)
+    fw = extract_graph(joint_gm.graph, primals, fwd_outs + saved_tensors + saved_syms)
     return _module(joint_gm, fw), _module(joint_gm, bw)
+
+
+def _unbacked_symbols_to_save(joint_gm: fx.GraphModule, bw: fx.Graph) -> list:
+    """Joint-graph nodes holding the data-dependent sizes (u0 = x.item(), a nonzero's
+    row count...) that the backward's tensors are sized by but cannot read off one of
+    its inputs (``f32[u0 + u1]``): the forward returns them as SymInts.  A size read
+    from a tensor op's result gets a ``sym_size`` node in the joint graph."""
+    bound, needed = set(), set()
+    for n in bw.nodes:
+        val = n.meta.get("val")
+        exprs = []
+        for leaf in pytree.tree_leaves(val):
+            if isinstance(leaf, torch.Tensor):
+                exprs += [s.node.expr if isinstance(s, torch.SymInt) else s for s in (*leaf.shape, *leaf.stride())]
+            elif isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                exprs.append(leaf.node.expr)
+        if n.op == "placeholder":
+            bound.update(e for e in exprs if isinstance(e, sympy.Symbol))
+        for e in exprs:
+            if isinstance(e, sympy.Basic):
+                needed.update(s for s in e.free_symbols if s.name.startswith("u"))
+    missing = needed - bound
+    if not missing:
+        return []
+    out = []
+    for n in list(joint_gm.graph.nodes):
+        bindings = n.meta.get("unbacked_bindings")
+        if not bindings:
+            continue
+        shape_env = shape_env_of(n.meta.get("val"))
+        for sym, path in resolve_unbacked_bindings(shape_env, bindings).items():
+            if sym in missing:
+                out.append(_node_at(joint_gm.graph, n, path))
+                missing.discard(sym)
+    return out
+
+
+def _node_at(graph: fx.Graph, node: fx.Node, path) -> fx.Node:
+    """A node (added after ``node`` when needed) holding the value at ``path`` of its result."""
+    from torch.fx.experimental.symbolic_shapes import CallMethodKey
+    from torch.utils._pytree import SequenceKey
+
+    cur, val, keys = node, node.meta.get("val"), list(path)
+    while keys:
+        key = keys.pop(0)
+        if isinstance(key, SequenceKey) and not isinstance(val, torch.Tensor):
+            target, args, val = operator.getitem, (cur, key.idx), val[key.idx]
+        elif isinstance(key, CallMethodKey) and key.name in ("size", "stride") and keys and isinstance(keys[0], SequenceKey):
+            dim = keys.pop(0).idx
+            target = torch.ops.aten.sym_size.int if key.name == "size" else torch.ops.aten.sym_stride.int
+            args, val = (cur, dim), getattr(val, key.name)(dim)
+        else:
+            raise RuntimeError(f"partition error: cannot save the data-dependent size at {path} of {node.name}")
+        with graph.inserting_after(cur):
+            cur = graph.call_function(target, args)
+        cur.meta["val"] = val
+    return cur
 
 
 def _backward_uses(joint_gm, num_fwd_outputs):

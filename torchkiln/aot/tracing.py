@@ -102,10 +102,14 @@ def trace_joint(fn: Callable, meta: ViewAndMutationMeta, fake_args: list, fake_m
 def _drop_stale_unbacked_symbols(fake_mode) -> None:
     """Forget data-dependent sizes (``nonzero``, ``masked_select``, ``item``) made by
     capture's or the analysis' fake runs: make_fx binds the ones its own trace makes and
-    raises on any other still pending."""
+    raises on any other still pending.  A new epoch of the fake mode makes fake inputs
+    forget the ``.item()``/``nonzero`` results they memoised, so this trace makes (and
+    records where to bind) its own symbols."""
     shape_env = getattr(fake_mode, "shape_env", None)
     if shape_env is not None:
         shape_env.pending_fresh_unbacked_symbols.clear()
+    if hasattr(fake_mode, "epoch"):
+        fake_mode.epoch += 1
 
 
 def _cleanup(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -14,8 +14,8 @@ import warnings
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, compute_unbacked_bindings
 
 from ..config import config
 from ..exc import BackendCompilerFailed, Unsupported
@@ -58,7 +58,9 @@ def _foldable(value, depth: int = 0) -> bool:
 class OutputGraph:
     def __init__(self, code_name: str):
         self.graph = torch.fx.Graph()
-        self.shape_env = ShapeEnv()
+        # .item() / nonzero() on fake tensors make unbacked symbols only when allowed
+        self.shape_env = ShapeEnv(allow_scalar_outputs=config.capture_scalar_outputs,
+                                  allow_dynamic_output_shape_ops=config.capture_dynamic_output_shape_ops)
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=False)
         self.inputs: list[GraphInput] = []
         self.side_effects = SideEffects()
@@ -139,10 +141,19 @@ class OutputGraph:
                     example = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
         except Unsupported:
             raise
+        except DynamicOutputShapeException as e:
+            unsupported(f"{e.func}: an output shape that depends on the data (set "
+                        "config.capture_dynamic_output_shape_ops=True to capture it)")
+        except DataDependentOutputException as e:
+            unsupported(f"{e.func}: reads a tensor's value (set config.capture_scalar_outputs=True to capture it)")
         except Exception as e:  # noqa: BLE001 - the op is replayed natively after the break
             name = getattr(target, "__name__", target)
             raise Unsupported(f"{name} failed on fake tensors ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
         node = self.create_node(op, target, tuple(node_args), node_kwargs, example)
+        if self.shape_env.pending_fresh_unbacked_symbols:
+            # where each new data-dependent symbol (u0...) comes from in the result: AOT
+            # autograd's re-traces rename their own symbols to these
+            node.meta["unbacked_bindings"] = compute_unbacked_bindings(self.shape_env, example)
         return self.wrap_result(tx, node, example)
 
     def wrap_result(self, tx, node, example):
@@ -247,7 +258,7 @@ def register_backend_wrapper(wrap_backend) -> None:
 _IMPURE = {operator.setitem, torch._C._set_grad_enabled, torch.amp.autocast_mode._enter_autocast,
            torch.amp.autocast_mode._exit_autocast, operator.iadd, operator.isub, operator.imul, operator.itruediv,
            operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior,
-           operator.ixor, operator.ilshift, operator.irshift}
+           operator.ixor, operator.ilshift, operator.irshift, torch._check, torch._check_is_size}
 
 
 def _is_impure(node) -> bool:

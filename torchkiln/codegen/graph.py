@@ -10,12 +10,22 @@ import operator
 
 import sympy
 import torch
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+from torch.fx.experimental.symbolic_shapes import resolve_unbacked_bindings
 
 from . import config, nodes
 from . import layout as layout_opt
-from .lowering import fallback_handler, lowerings
+from .lowering import fallback_handler, lowerings, make_extern
 from .nodes import InputBuffer, Layout, Pointwise, Reduction, TensorBox, to_sympy
+
+
+UNBACKED_HINT = 8192  # example size of an unbacked symbol (as TorchInductor's unbacked_symint_fallback)
+
+
+def _int_or(bound, default: int) -> int:
+    try:
+        return int(bound)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return default  # an infinite bound
 
 
 class GraphLowering:
@@ -36,6 +46,7 @@ class GraphLowering:
         self._input_offsets: dict[str, sympy.Expr] = {}
         self._counter = 0
         self._indirect = 0
+        self.unbacked_defs: dict[sympy.Symbol, str] = {}  # unbacked symbol -> extern kernel binding it
 
     # ---- helpers used by lowerings
     def register_buffer(self, make) -> nodes.Buffer:
@@ -50,18 +61,36 @@ class GraphLowering:
         return sympy.Symbol(f"i{self._indirect - 1}", integer=True)
 
     def hint(self, expr: sympy.Expr) -> int:
+        """Example value of ``expr``; an unbacked symbol (no example) counts as
+        :data:`UNBACKED_HINT` clamped into its value range: good for heuristics
+        (block sizes, density checks), never for a decision about the result."""
         expr = sympy.sympify(expr)
         if not expr.free_symbols:
             return int(expr) if expr.is_integer else float(expr)
         if self.shape_env is None:
             raise RuntimeError(f"no hint for {expr}")
-        value = expr.xreplace({s: sympy.Integer(v) for s, v in self._var_to_val().items()})
+        value = expr.xreplace({s: sympy.Integer(v) for s, v in self.size_hints().items()})
         return int(value) if value.is_integer else float(value)
 
     def size_hints(self) -> dict:
         if self.shape_env is None:
             return {}
-        return {s: int(v) for s, v in self._var_to_val().items()}
+        hints = {s: int(v) for s, v in self._var_to_val().items()}
+        for sym, vr in self.shape_env.var_to_range.items():
+            if sym not in hints and sym.name.startswith("u"):
+                lower = _int_or(vr.lower, 0)
+                upper = _int_or(vr.upper, UNBACKED_HINT)
+                hints[sym] = max(lower, min(UNBACKED_HINT, upper))
+        return hints
+
+    def is_unbacked(self, expr) -> bool:
+        """Whether ``expr`` reads a data-dependent (unbacked) symbol."""
+        return any(s.name.startswith("u") for s in sympy.sympify(expr).free_symbols)
+
+    def bounds(self, expr):
+        """The value range (sympy lower, upper) of ``expr`` known to the ShapeEnv."""
+        vr = self.shape_env.bound_sympy(sympy.sympify(expr))
+        return vr.lower, vr.upper
 
     def _var_to_val(self) -> dict:
         env = self.shape_env
@@ -103,10 +132,8 @@ class GraphLowering:
 
     def _lower(self, node, env):
         val = node.meta.get("val")
-        if free_unbacked_symbols(val):
-            # data-dependent sizes (nonzero, masked_select, item): not generated yet; the
-            # caller runs the graph eagerly rather than a wrapper naming unbound symbols
-            raise NotImplementedError(f"data-dependent size in {node.format_node()}")
+        if node.op == "call_function" and node.meta.get("unbacked_bindings"):
+            return self._lower_unbacked_def(node, env, val)
         if node.op == "placeholder":
             return self._placeholder(node, val)
         if node.op == "output":
@@ -129,6 +156,26 @@ class GraphLowering:
         result = lower(*args, **kwargs)
         if isinstance(result, TensorBox) and isinstance(val, torch.Tensor):
             self._maybe_realize(result, node, val)
+        return result
+
+    def _lower_unbacked_def(self, node, env, val):
+        """An op that makes data-dependent sizes (``.item()``, ``nonzero``, a boolean
+        mask...): its ATen kernel as an extern call whose wrapper line binds each new
+        unbacked symbol from the result (``u0 = buf3.size(0)``) before anything reads it."""
+        args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+        for v in torch.utils._pytree.tree_leaves(val):
+            self._note_shape_env(v)
+        first = self._counter
+        result = make_extern(node.target, args, kwargs, fallback=True)
+        made = [self.buffers[f"buf{i}"] for i in range(first, self._counter)]
+        extern = next(b for b in made if isinstance(b, nodes.ExternKernel))
+        # AOT autograd's trace renamed its symbols to capture's (rebind_unbacked)
+        extern.bindings = resolve_unbacked_bindings(self.shape_env, node.meta["unbacked_bindings"])
+        for sym in extern.bindings:
+            self.unbacked_defs[sym] = extern.name
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return to_sympy(val)
         return result
 
     def _placeholder(self, node, val):

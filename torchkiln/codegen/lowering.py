@@ -72,8 +72,28 @@ def device() -> torch.device:
 
 
 def hint(expr) -> int:
-    """Example value of a size expression (the ShapeEnv guards the decisions made on it)."""
-    return current_graph().hint(to_sympy(expr))
+    """Example value of a size expression (the ShapeEnv guards the decisions made on it).
+
+    A data-dependent (unbacked) expression has no example that decisions could rest on:
+    its value when its range is one point, else NotImplementedError (the graph runs
+    eagerly) -- callers that can decide from ranges use :func:`known_nonnegative`."""
+    graph = current_graph()
+    expr = to_sympy(expr)
+    if graph.is_unbacked(expr):
+        lower, upper = graph.bounds(expr)
+        if lower == upper:
+            return int(lower)
+        raise NotImplementedError(f"a lowering decision on the data-dependent size {expr}")
+    return graph.hint(expr)
+
+
+def known_nonnegative(expr) -> bool:
+    """Whether ``expr`` >= 0 for every value its symbols may take (sizes, unbacked or not)."""
+    graph = current_graph()
+    expr = to_sympy(expr)
+    if graph.is_unbacked(expr):
+        return bool(graph.bounds(expr)[0] >= 0)
+    return graph.hint(expr) >= 0
 
 
 def pointwise(fn: Callable, *inputs, dtype=None, size=None) -> TensorBox:
@@ -437,7 +457,7 @@ def select(x, dim, index):
     n = len(xs)
     dim = dim % n
     index = to_sympy(index)
-    if hint(index) < 0:
+    if not known_nonnegative(index):
         index = index + xs[dim]
     return _view(x, xs[:dim] + xs[dim + 1:], lambda idx: list(idx[:dim]) + [index] + list(idx[dim:]))
 
@@ -461,6 +481,12 @@ def _norm_start(start, dimsize):
     if start is None:
         return sympy.Integer(0)
     start = to_sympy(start)
+    graph = current_graph()
+    if graph.is_unbacked(start) or graph.is_unbacked(dimsize):
+        # past the end the slice is empty (its size says so): only the sign matters
+        if known_nonnegative(start):
+            return start
+        raise NotImplementedError(f"slice start {start} of unknown sign")
     if hint(start) < 0:
         start = start + dimsize
         if hint(start) < 0:
@@ -514,7 +540,8 @@ def view(x, size):
 
 def _view_strides(layout, old, new):
     """Strides of ``view(new)`` of a strided tensor (ATen's computeStride), or None."""
-    if any(hint(s) == 0 for s in old):
+    graph = current_graph()
+    if any(graph.bounds(s)[0] < 1 if graph.is_unbacked(s) else hint(s) == 0 for s in old):
         return None
     # Group old dims into contiguous chunks; each chunk maps to a run of new dims.
     chunks, cur = [], []

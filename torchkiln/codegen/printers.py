@@ -215,6 +215,26 @@ class PythonPrinter(ExprPrinter):
             return f"float('{x}')"
         return repr(x)
 
+    # conditions (runtime asserts, SymBool outputs such as ``t.item() == 3``) as Python bools
+    def _print_Relational(self, e):
+        op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[e.rel_op]
+        return f"({self._print(e.lhs)} {op} {self._print(e.rhs)})"
+
+    def _print_And(self, e):
+        return "(" + " and ".join(self._print(a) for a in e.args) + ")"
+
+    def _print_Or(self, e):
+        return "(" + " or ".join(self._print(a) for a in e.args) + ")"
+
+    def _print_Not(self, e):
+        return f"(not {self._print(e.args[0])})"
+
+    def _print_BooleanTrue(self, e):
+        return "True"
+
+    def _print_BooleanFalse(self, e):
+        return "False"
+
 
 class CppPrinter(ExprPrinter):
     """C++ for the CPU kernels: int64 index arithmetic, helpers from the kernel prelude."""

@@ -284,6 +284,26 @@ def _values(value, seen=None):
         yield from _values(c, seen)
 
 
+def _node_symbols(node: SchedulerNode) -> set:
+    """Every size symbol a node's loops, layout and loads refer to."""
+    exprs = list(node.size) + list(getattr(node, "rsize", ())) + list(node.buf.layout.size) + list(node.buf.layout.stride)
+    xs = ir.index_vars("x", len(node.ranges))
+    rs = ir.index_vars("r", len(node.rranges))
+    for v in _values(node.value(xs, rs)):
+        if isinstance(v, Load):
+            exprs.append(v.index)
+            for i in v.indirect:
+                exprs.append(sympy.sympify(i.size))
+                exprs += [x.index for x in _values(i.value) if isinstance(x, Load)]
+        elif isinstance(v, ir.IndexValue):
+            exprs.append(v.expr)
+    data = node.buf.data
+    if isinstance(data, Scatter):
+        index, _ = data.store_index(node._full(xs, node.size, node.keep))
+        exprs.append(index)
+    return set().union(*[sympy.sympify(e).free_symbols for e in exprs])
+
+
 class Scheduler:
     """Orders the graph's buffers into kernels and extern calls.
 
@@ -310,6 +330,9 @@ class Scheduler:
 
     def _schedule(self, node: SchedulerNode) -> None:
         earliest = max([self.position.get(b, -1) for b in node.reads], default=-1)
+        defs = self.graph.unbacked_defs
+        if defs:  # after the extern calls that bind the data-dependent sizes it reads
+            earliest = max([earliest] + [self.position[defs[s]] for s in _node_symbols(node) if s in defs])
         if node.is_mutation:  # after every earlier reader of the target; later readers follow it
             earliest = len(self.entries)
             self.position[node.store_name] = earliest

@@ -58,6 +58,8 @@ class WrapperCodegen:
         self.globals = {**base_globals(), **kernel_objects, **graph.constants}
         self.lines: list[str] = []
         self._consts: dict = {}
+        self._bound: set = set()     # unbacked symbols bound so far
+        self._asserted: set = set()  # runtime asserts emitted
 
     # ---- printing helpers
     def const(self, value) -> str:
@@ -198,6 +200,7 @@ class WrapperCodegen:
                 op = self.const(e.op)
                 args = [self.arg(a) for a in e.args] + [f"{k}={self.arg(v)}" for k, v in e.kwargs.items()]
                 body.append(f"{e.name} = {op}({', '.join(args)})")
+                body += self._bind_unbacked(e)
                 if e.layout is not None:
                     body.append(self._check_strides(e))
             dead = sorted(n for n, last in uses.items()
@@ -216,6 +219,38 @@ class WrapperCodegen:
         body.append("return (" + "".join(o + ", " for o in outs) + ")")
         self.lines += ["    " + line for line in body]
         return "\n".join(self.lines) + "\n", self.globals
+
+    def _bind_unbacked(self, e) -> list[str]:
+        """``u0 = buf3.size(0)`` for each unbacked symbol extern ``e`` defines, then the
+        runtime asserts the ShapeEnv deferred on them (``torch._check``, a size's
+        ``u0 >= 0``, ``split``'s sizes adding up) as soon as all their symbols are bound."""
+        bindings = getattr(e, "bindings", None)
+        if not bindings:
+            return []
+        lines = [f"{sym} = {keypath_code(e.name, path)}" for sym, path in bindings.items()]
+        self._bound.update(bindings)
+        env = self.graph.shape_env
+        checks = []
+        for sym in bindings:
+            vr = env.var_to_range.get(sym)
+            if vr is not None and sym.name.startswith("u"):
+                if _finite(vr.lower):
+                    checks.append(sympy.Le(vr.lower, sym, evaluate=False))
+                if _finite(vr.upper):
+                    checks.append(sympy.Le(sym, vr.upper, evaluate=False))
+        for ras in env.deferred_runtime_asserts.values():
+            for ra in ras:
+                free = ra.expr.free_symbols
+                if free & set(bindings) and free <= self._bound | set(self.graph.symbol_sources):
+                    checks.append(ra.expr)
+        for expr in checks:
+            text = pexpr(expr)
+            if text not in self._asserted:
+                self._asserted.add(text)
+                values = ", ".join(f"{n}={{{n}}}" for n in sorted(map(str, expr.free_symbols)))
+                lines.append(f'if not ({text}): raise RuntimeError(f"torchkiln runtime assertion failed: {text} '
+                             f'({values}; data-dependent values from {e.op})")')
+        return lines
 
     def _check_strides(self, buf) -> str:
         """Kernels index an extern result with the fake value's strides; if the ATen
@@ -258,6 +293,35 @@ class WrapperCodegen:
             return f"{buf.name} = reinterpret({old}, {self.shape(lay.size)}, {self.shape(lay.stride)}, 0); del {old}  # reuse"
         return (f"{buf.name} = empty_strided({self.shape(lay.size)}, {self.shape(lay.stride)}, "
                 f"dtype={self.const(lay.dtype)}, device={self.const(lay.device)})")
+
+
+def _finite(bound) -> bool:
+    try:
+        int(bound)
+        return True
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return False
+
+
+def keypath_code(name: str, path) -> str:
+    """Python source reading the value at ``path`` (an ``unbacked_bindings`` key path:
+    ``.size()[0]``, a tuple element, a bool as int...) of the variable ``name``."""
+    from torch.fx.experimental.symbolic_shapes import CallMethodKey, ConvertIntKey, DivideByKey
+    from torch.utils._pytree import SequenceKey
+
+    code = name
+    for key in path:
+        if isinstance(key, CallMethodKey):
+            code = f"{code}.{key.name}()"
+        elif isinstance(key, SequenceKey):
+            code = f"{code}[{key.idx}]"
+        elif isinstance(key, ConvertIntKey):
+            code = f"(1 if {code} else 0)"
+        elif isinstance(key, DivideByKey):
+            code = f"({code} // {key.divisor})"
+        else:
+            raise NotImplementedError(f"unbacked binding path {path}")
+    return code
 
 
 def _may_alias(e) -> bool:

@@ -4,13 +4,17 @@ Operations on a :class:`TensorVariable` run on its FakeTensor (under capture's
 FakeTensorMode, so shapes, dtypes and devices propagate exactly) and are recorded as
 ``call_function`` / ``call_method`` nodes, as TorchDynamo's TensorVariable does.
 Reading a tensor's value in Python (``bool(t)``, ``t.item()``, ``t.tolist()``) is a graph
-break.
+break, unless ``config.capture_scalar_outputs``: then ``.item()``/``.tolist()`` stay in the
+graph as unbacked symbols (``u0``...), and a branch on one that the ShapeEnv cannot
+decide is the graph break (:func:`data_dependent_break`).
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 
 import torch
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from ...config import config
 from .base import ConstantVariable, VariableTracker, unsupported
@@ -70,8 +74,9 @@ class TensorVariable(VariableTracker):
         from .containers import SizeVariable
 
         if name in _BREAK_METHODS:
-            if name == "item" and config.capture_scalar_outputs:
-                return tx.output.call_method(tx, name, [self, *args], kwargs)
+            if name in ("item", "tolist") and not args and not kwargs and config.capture_scalar_outputs:
+                # unbacked SymInt/SymFloat/SymBool values (u0, ...), as under torch.compile
+                return tx.output.call_method(tx, name, [self], {})
             unsupported(f"Tensor.{name}() reads a tensor's value in Python")
         if name in _STATIC_METHODS:
             if name == "size" and not kwargs:
@@ -109,6 +114,19 @@ class TensorVariable(VariableTracker):
         return f"TensorVariable({self.node.name})"
 
 
+@contextlib.contextmanager
+def data_dependent_break(what: str):
+    """Turns the ShapeEnv's refusal to guess a data-dependent value (an expression over
+    unbacked symbols from ``.item()``, ``nonzero``...) into a graph break naming it."""
+    try:
+        yield
+    except GuardOnDataDependentSymNode as e:
+        expr = getattr(e, "cond", None)
+        unsupported(f"data-dependent branch: {what} {expr if expr is not None else 'a data-dependent value'}, "
+                    "which capture cannot decide (its value comes from a tensor's data); use torch._check "
+                    "to state it, or torch.cond")
+
+
 def _has_symbols(value) -> bool:
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return True
@@ -129,14 +147,16 @@ class SymNodeVariable(VariableTracker):
         return {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}.get(type(self.example), type(self.example))
 
     def truth(self, tx):
-        return bool(self.example)  # ShapeEnv records the guard this implies
+        with data_dependent_break("branching on"):
+            return bool(self.example)  # ShapeEnv records the guard this implies
 
     def as_python_constant(self):
         unsupported("a symbolic size is not a constant")
 
     def evaluate_int(self) -> int:
         """Specialise to the current value (adds a ShapeEnv guard)."""
-        return int(self.example)
+        with data_dependent_break("converting to a Python int"):
+            return int(self.example)
 
     def reconstruct(self, cg):
         return cg.graph_output(self)

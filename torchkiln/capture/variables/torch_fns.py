@@ -44,6 +44,37 @@ _BREAK = {id(f) for f in (torch.manual_seed, torch.seed, torch.set_default_dtype
                           torch.nn.Parameter, torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)}
 
 
+_CHECKS = {id(torch._check), id(torch._check_is_size), id(torch._check_with)}
+
+
+def _call_check(tx, fn, args, kwargs):
+    """``torch._check(cond)``, ``torch._check_is_size(i)``, ``torch._check_with(E, cond)``:
+    run on the fake value (the ShapeEnv learns the fact: a guard for sizes it knows, a
+    deferred runtime assert for data-dependent ones) and recorded in the graph, so that
+    AOT autograd's trace learns it again and the code generator asserts it at run time
+    (a RuntimeError; the message and the error type of ``_check_with`` are not kept)."""
+    from .tensor import SymNodeVariable
+
+    if fn is torch._check_with:
+        args = args[1:]
+    cond = args[0] if args else kwargs.get("cond", kwargs.get("i"))
+    if not isinstance(cond, SymNodeVariable):
+        value = cond.as_python_constant()
+        if fn is torch._check_is_size:
+            if value < 0:
+                unsupported(f"torch._check_is_size({value}) fails")
+        elif not value:
+            unsupported("torch._check of a condition that is False when captured")
+        return ConstantVariable(None)
+    target = torch._check_is_size if fn is torch._check_is_size else torch._check
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # _check_is_size's deprecation notice
+        tx.output.call_function(tx, target, [cond], {})
+    return ConstantVariable(None)
+
+
 def is_torch_function(value) -> bool:
     """Whether ``value`` is a torch function/op that becomes one graph call."""
     if isinstance(value, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
@@ -146,6 +177,8 @@ class TorchVariable(ValueVariable):
             from .builder import wrap_constant_like
 
             return wrap_constant_like(tx, value)
+        if id(fn) in _CHECKS:
+            return _call_check(tx, fn, args, kwargs)
         if fn is torch.is_tensor or fn is torch.overrides.is_tensor_like:
             from .tensor import TensorVariable
 

@@ -208,12 +208,15 @@ class KernelRenderer:
             if buf.dtype in (torch.float16, torch.bfloat16):
                 load += ".to(tl.float32)"
             return self.emit(ctx, load)
+        # a scalar tile of the context's rank: tl.broadcast_to refuses a rank-1 value in a
+        # 2-d (reduction) tile, e.g. torch.ones(n).sum()
+        unit = "[1, 1]" if "," in ctx.shape else "[1]"
         if isinstance(v, ir.Constant):
-            return self.emit(ctx, f"tl.full([1], {_literal(v.value, v.dtype)}, {compute_dtype(v.dtype)})")
+            return self.emit(ctx, f"tl.full({unit}, {_literal(v.value, v.dtype)}, {compute_dtype(v.dtype)})")
         if isinstance(v, ir.IndexValue):
             if v.dtype == torch.bool:
-                return self.emit(ctx, f"(tl.full([1], 0, tl.int64) + ({texpr(self.sub(v.expr))})) != 0")
-            return self.emit(ctx, f"tl.full([1], 0, {compute_dtype(v.dtype)}) + ({texpr(self.sub(v.expr))})")
+                return self.emit(ctx, f"(tl.full({unit}, 0, tl.int64) + ({texpr(self.sub(v.expr))})) != 0")
+            return self.emit(ctx, f"tl.full({unit}, 0, {compute_dtype(v.dtype)}) + ({texpr(self.sub(v.expr))})")
         if isinstance(v, ir.ReductionValue):
             return self.reduced[v.name]
         if isinstance(v, ir.Masked):
