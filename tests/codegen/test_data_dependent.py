@@ -1,0 +1,136 @@
+"""Data-dependent shapes end to end (capture -> AOT autograd -> C++ / Triton kernels),
+each against eager: the programs real models write around ``.item()``, ``.tolist()``,
+``nonzero`` and boolean masks (issue 14's own tests; the seed's are in
+test_dynamic_shapes.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import torchkiln
+from torchkiln.testing import CompileCounterWithBackend
+
+from test_dynamic_shapes import _checked, device  # noqa: F401  (the cpp / triton / cuda fixture)
+
+both = torchkiln.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True)
+
+
+class MoE(nn.Module):
+    """A small mixture-of-experts layer: top-k routing, per-expert token counts from
+    ``bincount`` (``.tolist()`` split sizes), a loop over the experts."""
+
+    def __init__(self, d=16, hidden=16, n_experts=3, k=2):
+        super().__init__()
+        self.k, self.n_experts = k, n_experts
+        self.gate = nn.Linear(d, n_experts, bias=False)
+        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(d, hidden), nn.SiLU(), nn.Linear(hidden, d))
+                                     for _ in range(n_experts))
+
+    def forward(self, x):
+        probs = self.gate(x).softmax(-1)
+        weights, chosen = probs.topk(self.k, dim=-1)
+        weights = weights / weights.sum(-1, keepdim=True)
+        flat = chosen.flatten()
+        order = flat.argsort(stable=True)
+        counts = torch.bincount(flat, minlength=self.n_experts)
+        torch._check(counts.size(0) == self.n_experts)  # bincount's length is data-dependent
+        sizes = counts.tolist()
+        tokens = (order // self.k).split(sizes)
+        w = weights.flatten()[order].split(sizes)
+        out = torch.zeros_like(x)
+        for expert, tok, wt in zip(self.experts, tokens, w):
+            out = out.index_add(0, tok, expert(x[tok]) * wt.unsqueeze(-1))
+        return out
+
+
+@both
+def test_moe_forward_backward_one_graph(device):
+    torch.manual_seed(0)
+    model = MoE().to(device)
+    counter = CompileCounterWithBackend("inductor")
+    compiled = _checked(torchkiln.compile(model, backend=counter, fullgraph=True))
+    for seed in (0, 1):  # another routing: the same graph, other token counts
+        torch.manual_seed(seed)
+        x = torch.randn(24, 16, device=device)
+        model.zero_grad()
+        ref = model(x)
+        ref.pow(2).sum().backward()
+        expected = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        out = compiled(x)
+        out.pow(2).sum().backward()
+        torch.testing.assert_close(out, ref)
+        for p, g in zip(model.parameters(), expected):
+            torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-5)
+    assert counter.frame_count == 1
+
+
+def test_moe_without_settings_breaks_the_graph(device):
+    # torch.compile's behaviour without the settings: bincount and .tolist() break the graph
+    if device == "cpu" and torchkiln.codegen.config.cpu_backend == "triton":
+        pytest.skip("a capture behaviour: the C++ path shows it")
+    model = MoE().to(device)
+    x = torch.randn(24, 16, device=device)
+    counter = CompileCounterWithBackend("inductor")
+    out = _checked(torchkiln.compile(model, backend=counter))(x)
+    torch.testing.assert_close(out, model(x))
+    assert counter.frame_count > 1
+
+
+@both
+def test_mask_select_reduce_matmul(device):
+    def f(x, w):
+        rows = x[x[:, 0] > 0]              # (u0, 8)
+        centred = rows - rows.mean(0)      # a reduction over u0
+        return centred @ w, (centred.t() @ centred).sum()
+
+    opt = _checked(torchkiln.compile(f, fullgraph=True))
+    w = torch.randn(8, 3, device=device)
+    for n in (10, 17):
+        x = torch.randn(n, 8, device=device)
+        torch.testing.assert_close(opt(x, w), f(x, w))
+
+
+@both
+def test_arange_of_max_item(device):
+    def f(t):
+        n = t.max().item()
+        return torch.arange(n, device=t.device) * 2 + 1
+
+    opt = _checked(torchkiln.compile(f, fullgraph=True))
+    for t in (torch.tensor([3, 7, 5]), torch.tensor([1, 2])):
+        t = t.to(device)
+        torch.testing.assert_close(opt(t), f(t))
+
+
+@both
+def test_split_tolist_then_cat(device):
+    def f(x, lengths):
+        parts = x.split(lengths.tolist())
+        return torch.cat([p.flip(0) * (i + 1) for i, p in enumerate(parts)])
+
+    opt = _checked(torchkiln.compile(f, fullgraph=True))
+    x = torch.randn(10, 4, device=device)
+    for lengths in ([3, 5, 2], [0, 9, 1]):
+        lengths = torch.tensor(lengths)
+        torch.testing.assert_close(opt(x, lengths), f(x, lengths))
+    with pytest.raises(RuntimeError, match="runtime assertion failed"):  # sizes that do not add up
+        opt(x, torch.tensor([3, 3, 3]))
+
+
+@both
+def test_violated_check_raises(device):
+    def f(x, n):
+        k = n.item()
+        torch._check(k >= 2)
+        torch._check(k < x.size(0))
+        return x[:k].sum(), x.new_ones(k)
+
+    opt = _checked(torchkiln.compile(f, fullgraph=True))
+    x = torch.randn(5, device=device)
+    torch.testing.assert_close(opt(x, torch.tensor(3)), f(x, torch.tensor(3)))
+    with pytest.raises(RuntimeError, match=r"2 <= u\d+"):
+        opt(x, torch.tensor(1))
+    with pytest.raises(RuntimeError, match=r"u\d+ <= 4|u\d+ < 5"):
+        opt(x, torch.tensor(5))
