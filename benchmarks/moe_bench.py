@@ -1,0 +1,147 @@
+"""Mixture-of-experts benchmark (not a test): data-dependent shapes in one graph or many.
+
+A top-k routed MoE layer (``MoE`` below: 8 experts, top-2, d=256, hidden=512, 512 tokens,
+float32, CPU, ``torch.set_num_threads(1)``): routing weights from a softmax gate, per-expert
+token counts from ``bincount`` turned into split sizes with ``.tolist()``, a loop over the
+experts (gather, two matmuls, ``index_add``).  Compiled with and without
+``capture_scalar_outputs`` + ``capture_dynamic_output_shape_ops``:
+
+* graphs: how many graphs capture made (torchkiln's ``counters["stats"]["unique_graphs"]``,
+  torch.compile's ``torch._dynamo.utils.counters`` for the peer);
+* steady-state time of an inference call and of a training step (forward, ``.pow(2).sum()``,
+  backward), median of repeats, eager / torchkiln / torch.compile side by side in this one
+  process, with ratios to eager.
+
+Run: ``python benchmarks/moe_bench.py [--device cuda] [--repeats N]``.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+
+import torch
+from torch import nn
+
+import torchkiln
+
+
+class MoE(nn.Module):
+    def __init__(self, d=256, hidden=512, n_experts=8, k=2):
+        super().__init__()
+        self.k, self.n_experts = k, n_experts
+        self.gate = nn.Linear(d, n_experts, bias=False)
+        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(d, hidden), nn.SiLU(), nn.Linear(hidden, d))
+                                     for _ in range(n_experts))
+
+    def forward(self, x):
+        probs = self.gate(x).softmax(-1)
+        weights, chosen = probs.topk(self.k, dim=-1)
+        weights = weights / weights.sum(-1, keepdim=True)
+        flat = chosen.flatten()
+        order = flat.argsort(stable=True)
+        counts = torch.bincount(flat, minlength=self.n_experts)
+        torch._check(counts.size(0) == self.n_experts)
+        sizes = counts.tolist()
+        tokens = (order // self.k).split(sizes)
+        w = weights.flatten()[order].split(sizes)
+        out = torch.zeros_like(x)
+        for expert, tok, wt in zip(self.experts, tokens, w):
+            out = out.index_add(0, tok, expert(x[tok]) * wt.unsqueeze(-1))
+        return out
+
+
+SETTINGS = dict(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True)
+
+
+def _sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, repeats, inner=5):
+    for _ in range(3):
+        fn()
+    _sync(device)
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        _sync(device)
+        samples.append((time.perf_counter() - start) / inner)
+    return statistics.median(samples)
+
+
+def variants(model):
+    """name -> (make compiled model, graph count after the first call)."""
+    import torch._dynamo  # the peer, for comparison only
+
+    def kiln(settings):
+        def make():
+            torchkiln.reset()
+            with torchkiln.config.patch(**settings):
+                return torchkiln.compile(model)
+        return make, lambda: torchkiln.counters["stats"]["unique_graphs"]
+
+    def peer(settings):
+        def make():
+            torch._dynamo.reset()
+            torch._dynamo.utils.counters.clear()
+            with torch._dynamo.config.patch(**settings):
+                return torch.compile(model)
+        return make, lambda: torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+    return {
+        "torchkiln, settings on": (*kiln(SETTINGS), SETTINGS, torchkiln.config),
+        "torchkiln, settings off": (*kiln({}), {}, torchkiln.config),
+        "torch.compile, settings on": (*peer(SETTINGS), SETTINGS, torch._dynamo.config),
+        "torch.compile, settings off": (*peer({}), {}, torch._dynamo.config),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--tokens", type=int, default=512)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    device = args.device
+    model = MoE().to(device)
+    x = torch.randn(args.tokens, 256, device=device)
+
+    def step(m):
+        def run():
+            m.zero_grad(set_to_none=True)
+            m(x).pow(2).sum().backward()
+        return run
+
+    def infer(m):
+        def run():
+            with torch.no_grad():
+                m(x)
+        return run
+
+    rows = [("eager", "-", timed(infer(model), device, args.repeats), timed(step(model), device, args.repeats))]
+    for name, (make, graphs, settings, cfg) in variants(model).items():
+        with cfg.patch(**settings), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = make()
+            with torch.no_grad():
+                ref = model(x)
+                torch.testing.assert_close(compiled(x), ref, rtol=1e-4, atol=1e-4)
+            count = graphs()
+            rows.append((name, count, timed(infer(compiled), device, args.repeats),
+                         timed(step(compiled), device, args.repeats)))
+    eager_inf, eager_step = rows[0][2], rows[0][3]
+    print(f"MoE: 8 experts, top-2, d=256, hidden=512, {args.tokens} tokens, float32, {device}, 1 thread")
+    print(f"{'variant':30s} {'graphs':>6s} {'infer ms':>9s} {'vs eager':>8s} {'train ms':>9s} {'vs eager':>8s}")
+    for name, count, inf, st in rows:
+        print(f"{name:30s} {str(count):>6s} {inf * 1e3:9.2f} {eager_inf / inf:7.2f}x {st * 1e3:9.2f} {eager_step / st:7.2f}x")
+
+
+if __name__ == "__main__":
+    main()
