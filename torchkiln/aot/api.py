@@ -144,6 +144,8 @@ def aot_module_simplified(gm: torch.nn.Module, example_inputs: list, fw_compiler
     if config.enable_autograd_cache:
         if names:
             autograd_cache._bypass("parameters held as module attributes")
+        elif capture_env is not None:
+            autograd_cache._bypass("data-dependent sizes (unbacked symbols)")
         else:
             cache_key = autograd_cache.try_key(gm, example_inputs, aot_config)
     runtime = aot_dispatch_flat(flat_fn, flat_args, aot_config, evs, cache_key)

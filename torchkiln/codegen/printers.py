@@ -162,6 +162,10 @@ class ExprPrinter(StrPrinter):
     def _print_NegativeInfinity(self, e):
         return self.literal_float(float("-inf"))
 
+    def _print_Relational(self, e):
+        """``(a == b)``, ``(a <= b)``...: the same in Python, C++ and Triton."""
+        return f"({self._print(e.lhs)} {e.rel_op} {self._print(e.rhs)})"
+
     def _print_Function(self, e):
         name = type(e).__name__
         if name.startswith("OpaqueUnaryFn_"):
@@ -216,10 +220,6 @@ class PythonPrinter(ExprPrinter):
         return repr(x)
 
     # conditions (runtime asserts, SymBool outputs such as ``t.item() == 3``) as Python bools
-    def _print_Relational(self, e):
-        op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[e.rel_op]
-        return f"({self._print(e.lhs)} {op} {self._print(e.rhs)})"
-
     def _print_And(self, e):
         return "(" + " and ".join(self._print(a) for a in e.args) + ")"
 
