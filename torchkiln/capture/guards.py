@@ -18,6 +18,7 @@ import types
 
 import torch
 
+from ..shapes.policy import SCALAR, scalar_source
 from .source import hoist_shared_prefixes
 
 _DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
@@ -32,7 +33,7 @@ class GuardPart:
     def __init__(self, code: str, reason=None, size_of=None):
         self.code = code
         self.reason = reason
-        self.size_of = size_of  # (source, dim) when this part checks one size only
+        self.size_of = size_of  # (source, dim) when this part checks one size (or an int: SCALAR) only
 
 
 class GuardBuilder:
@@ -68,6 +69,9 @@ class GuardBuilder:
     def constant_match(self, source: str, value) -> None:
         if value is None or value is True or value is False or value is Ellipsis:
             self.add(f"{source} is {value!r}")
+        elif type(value) is int and scalar_source(source):  # automatic dynamic may make it a SymInt
+            self.add(f"type({source}) is int")
+            self.add(f"{source} == {value!r}", size_of=(source, SCALAR))
         elif isinstance(value, (int, float, str, bytes)) and type(value) in (int, float, str, bytes):
             self.add(f"type({source}) is {type(value).__name__}")
             if isinstance(value, float) and value != value:
@@ -248,6 +252,9 @@ class Guard:
             source, dim = part.size_of
             if dim == "stride":
                 continue  # strides follow sizes; the size parts decide
+            if dim == SCALAR:  # a Python int argument's value
+                result.setdefault(source, set()).add(SCALAR)
+                continue
             getter = eval(f"lambda L: {source}", dict(self._env_of(part)))
             try:
                 actual = getter(f_locals).shape

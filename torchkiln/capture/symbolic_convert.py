@@ -1095,7 +1095,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         if not self.output.symbol_sources:
             return
         placeholders = [i.node.meta["example_value"] for i in self.output.inputs]
-        if not any(isinstance(p, torch.Tensor) and any(not isinstance(s, int) for s in p.shape) for p in placeholders):
+        if not any(isinstance(p, torch.SymInt) or isinstance(p, torch.Tensor) and any(
+                not isinstance(s, int) for s in p.shape) for p in placeholders):
             return
         from .variables.builder import _DynamicSource
 

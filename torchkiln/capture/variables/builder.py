@@ -96,6 +96,24 @@ def wrap_tensor(tx, value: torch.Tensor, source: str):
     return vt
 
 
+def wrap_symint(tx, value: int, source: str):
+    """A Python int argument as a SymInt graph input (automatic dynamic for ints): a new
+    ShapeEnv symbol with ``value`` as its hint, guarded by ``type(source) is int`` plus
+    whatever the trace assumes about it (ShapeEnv guards, e.g. ``L['n'] > 3``)."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+    from .tensor import SymNodeVariable
+
+    out = tx.output
+    symint = out.shape_env.create_unspecified_symint_and_symbol(value, _DynamicSource(source), DimDynamic.DYNAMIC)
+    if isinstance(symint, int):  # the ShapeEnv specialised it
+        out.guards.constant_match(source, value)
+        return ConstantVariable(value, source)
+    out.symbol_sources.setdefault(symint.node.expr, (source, None))
+    node = out.add_placeholder(source, value, symint)
+    out.guards.add(f"type({source}) is int")
+    return SymNodeVariable(node, symint, source)
+
+
 def wrap(tx, value, source: str | None) -> VariableTracker:
     """The tracker for ``value`` read from ``source`` (None: no guards, no re-reading)."""
     if source is None:
@@ -123,6 +141,8 @@ def _wrap(tx, value, source):
     if isinstance(value, torch.Tensor):
         return wrap_tensor(tx, value, source)
     if is_constant(value):
+        if type(value) is int and tx.root.dynamic.is_dynamic_scalar(source, value):
+            return wrap_symint(tx, value, source)
         if isinstance(value, (slice, range, types.CodeType)):
             g.id_match(source, value) if isinstance(value, types.CodeType) else g.constant_match(source, value)
         else:

@@ -95,6 +95,9 @@ class TensorVariable(VariableTracker):
             tx.output.call_function(tx, operator.setitem, [self, *args], {})
             return ConstantVariable(None)
         if name == "__getitem__":
+            if len(args) == 1 and isinstance(args[0], SymNodeVariable) and isinstance(args[0].example, torch.SymInt):
+                # x[n] with a SymInt: Tensor.__getitem__ would specialise it through __index__
+                return tx.output.call_method(tx, "select", [self, ConstantVariable(0), args[0]], {})
             return tx.output.call_function(tx, operator.getitem, [self, *args], {})
         if name == "__len__":
             return self.call_method(tx, "size", [ConstantVariable(0)], {})
