@@ -35,3 +35,13 @@ def test_wav2vec2_ctc_inference_one_graph():
                          conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
                          num_conv_pos_embedding_groups=2, vocab_size=20)
     _one_graph(Wav2Vec2ForCTC(cfg).eval(), torch.randn(2, 2000))
+
+
+def test_llama_inference_one_graph():
+    # transformers 5.17's rotary embedding enters maybe_autocast(), which asks
+    # torch.is_autocast_enabled(): folded and guarded, not a break (5 graphs before)
+    from torchkiln.bench.models.hf import make_llama
+
+    torch.manual_seed(0)
+    w = make_llama("cpu")
+    _one_graph(w.model.eval(), *w.args, **w.kwargs)
