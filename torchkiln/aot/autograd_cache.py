@@ -15,7 +15,14 @@ is a miss.  Mirrors ``torch._functorch._aot_autograd.autograd_cache``; counters
 
 The backward is compiled together with the forward here (docs/aot.md), so an entry is
 saved at compile time, once both exist; torch saves it at the first ``.backward()``.
-Not cached (bypass): graphs with symbolic sizes, compilers without a graph cache,
+Symbolic sizes: the key holds the symbols as named in the graph plus the shape
+environment's facts about them as data (its guards so far, the symbols' value
+ranges, replacements): everything tracing and lowering may have relied on.  The guards
+that compiling added (``Eq(s0, 8)``, ``2*s1 <= s0``...) are saved as expressions over
+those symbols; a hit first checks each against the current sizes (a false one is a
+miss) and then adds it to the current shape environment, so the frame's guards are
+the same as after a compile.  Unbacked symbols and compiles that add deferred runtime
+asserts bypass.  Not cached (bypass) otherwise: compilers without a graph cache,
 graphs the key cannot describe, a backward whose compile failed.
 """
 from __future__ import annotations
@@ -95,7 +102,109 @@ def _autocast_state() -> list:
     return state
 
 
-def autograd_cache_key(gm: torch.fx.GraphModule, example_inputs, config_) -> str:
+# key -> (shape env, its guard count, its deferred assert count) when the key was made;
+# read by save() (the guards the compile added) and load() (where to add them back)
+_pending_shapes: dict = {}
+
+
+def _placeholder_fakes(gm, example_inputs) -> list:
+    """The placeholders' fake values (capture's ``example_value``: symbolic sizes where
+    the graph is dynamic), or ``[]`` when the graph has none for every input."""
+    if not isinstance(gm, torch.fx.GraphModule):
+        return []
+    fakes = [n.meta.get("example_value", n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(fakes) != len(example_inputs) or any(f is None for f in fakes):
+        return []
+    return fakes
+
+
+def _symints(example_inputs):
+    for a in example_inputs:
+        if isinstance(a, torch.Tensor):
+            yield from (v for v in (*a.shape, *a.stride(), a.storage_offset()) if isinstance(v, torch.SymInt))
+        elif isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            yield a
+
+
+def _shape_env(example_inputs):
+    return next((v.node.shape_env for v in _symints(example_inputs)), None)
+
+
+def _num_deferred_asserts(env) -> int:
+    return sum(len(v) for v in getattr(env, "deferred_runtime_asserts", {}).values())
+
+
+def _shape_facts(env, example_inputs) -> dict:
+    """The shape environment as data: what compiling these inputs may rely on."""
+    symbols = set()
+    for v in _symints(example_inputs):
+        symbols |= v.node.expr.free_symbols
+    if any(not str(sym).startswith("s") for sym in symbols):
+        raise BypassAOTAutogradCache("unbacked or non-size symbols in the inputs")
+    if _num_deferred_asserts(env):
+        raise BypassAOTAutogradCache("deferred runtime asserts on sizes")
+    ranges = getattr(env, "var_to_range", {})
+    return {"guards": [str(g.expr) for g in env.guards],
+            "ranges": sorted([str(sym), str(ranges.get(sym))] for sym in symbols),
+            "replacements": sorted([str(k), str(v)] for k, v in env.replacements.items())}
+
+
+def _hints(env) -> dict:
+    """Symbol → its value in this process (``backed_var_to_val`` from torch 2.13 on)."""
+    hints = getattr(env, "backed_var_to_val", None)
+    return hints if hints is not None else env.var_to_val
+
+
+def _guard_text(expr) -> str:
+    """A guard as text that :func:`_parse_guard` reads back exactly (``srepr``: torch's
+    sympy functions such as FloorDiv by name); raises BypassCache when it would not."""
+    import sympy
+
+    text = sympy.srepr(expr)
+    try:
+        ok = _parse_guard(text) == expr
+    except (ValueError, TypeError, SyntaxError):
+        ok = False
+    if not ok:
+        raise BypassAOTAutogradCache(f"a size guard that does not read back: {expr}")
+    return text
+
+
+def _parse_guard(text: str):
+    import sympy
+    import torch.utils._sympy.functions as sympy_fns
+
+    import ast
+
+    names = {"true": sympy.true, "false": sympy.false}
+    for module in (sympy, sympy_fns):  # torch's functions (Mod, FloorDiv...) win over sympy's namesakes
+        names.update({n: v for n, v in vars(module).items() if not n.startswith("_") and isinstance(v, type)})
+    tree = ast.parse(text, mode="eval")
+    for node in ast.walk(tree):  # constructor calls of named sympy classes and literals only
+        if isinstance(node, ast.Name) and node.id not in names:
+            raise ValueError(f"unknown name {node.id!r} in a size guard")
+        if not isinstance(node, (ast.Expression, ast.Call, ast.Name, ast.Constant, ast.keyword, ast.Load,
+                                 ast.Tuple, ast.UnaryOp, ast.USub)):
+            raise ValueError(f"unexpected {type(node).__name__} in a size guard")
+    return eval(compile(tree, "<size guard>", "eval"), {"__builtins__": {}}, names)  # noqa: S307 - checked above
+
+
+def _replay_guards(texts: list, env) -> bool:
+    """Check the saved guards against the current sizes; if all hold, add them to
+    ``env`` (as compiling would have) and return True."""
+    import sympy
+
+    hints = _hints(env)
+    exprs = [_parse_guard(t) for t in texts]
+    for expr in exprs:
+        if expr.free_symbols - set(hints) or expr.xreplace(hints) is not sympy.true:
+            return False
+    for expr in exprs:
+        env.evaluate_expr(expr)
+    return True
+
+
+def autograd_cache_key(gm: torch.fx.GraphModule, example_inputs, config_, shape_facts: dict | None = None) -> str:
     """The AOT autograd cache key of ``gm`` for ``example_inputs`` under ``config_`` (an
     ``AOTConfig``); stable across processes.  Raises :class:`BypassAOTAutogradCache`
     for a graph or config it cannot describe (mirrors torch's ``autograd_cache_key``)."""
@@ -118,6 +227,8 @@ def autograd_cache_key(gm: torch.fx.GraphModule, example_inputs, config_) -> str
             "compilers": compiler_parts,
             "versions": keys.versions(),
         }
+        if shape_facts is not None:
+            desc["shape_env"] = shape_facts
     except BypassAOTAutogradCache:
         raise
     except BypassCache as e:
@@ -142,11 +253,16 @@ def try_key(gm, example_inputs, aot_config) -> str | None:
     if ca_state is not None and ca_state.in_graph:
         _bypass("a compiled autograd graph")  # as torch: compiled autograd regions are not cached
         return None
-    if any(isinstance(a, torch.Tensor) and any(not isinstance(s, int) for s in a.shape) for a in example_inputs):
-        _bypass("symbolic sizes")
-        return None
     try:
-        return autograd_cache_key(gm, example_inputs, aot_config)
+        fakes = _placeholder_fakes(gm, example_inputs)
+        env = _shape_env(fakes)
+        if env is None:
+            return autograd_cache_key(gm, example_inputs, aot_config)
+        key = autograd_cache_key(gm, fakes, aot_config, _shape_facts(env, fakes))
+        if len(_pending_shapes) > 64:  # keys whose compile failed: forget the oldest
+            del _pending_shapes[next(iter(_pending_shapes))]
+        _pending_shapes[key] = (env, len(env.guards), _num_deferred_asserts(env))
+        return key
     except BypassCache as e:
         _bypass(str(e))
     except Exception as e:  # describing the graph must never break compiling it
@@ -155,12 +271,16 @@ def try_key(gm, example_inputs, aot_config) -> str | None:
 
 
 # ---- runtime metadata as plain data
-def _fake_desc(f):
+def _fake_desc(f, layout_used: bool = True):
+    """``[sizes, strides, offset, dtype]``; a symbolic layout only where the runtime
+    does not read it (``layout_used=False``: then ``[None, None, None, dtype]``)."""
     if not isinstance(f, torch.Tensor):
         return None
     parts = [list(f.shape), list(f.stride()), f.storage_offset()]
     if any(not isinstance(s, int) for s in parts[0] + parts[1] + [parts[2]]):
-        raise BypassAOTAutogradCache("symbolic sizes in the outputs")
+        if layout_used:
+            raise BypassAOTAutogradCache("symbolic sizes in an aliased output or a mutated input")
+        parts = [None, None, None]
     return parts + [str(f.dtype).removeprefix("torch.")]
 
 
@@ -168,20 +288,30 @@ def _fake_load(d):
     if d is None:
         return None
     size, stride, offset, dtype = d
+    if size is None:  # symbolic: only the dtype is read (runtime.finish_call needs no layout)
+        return torch.empty(0, dtype=getattr(torch, dtype), device="meta")
     return torch.empty(0, dtype=getattr(torch, dtype), device="meta").as_strided(size, stride, offset)
 
 
 def meta_to_json(meta: ViewAndMutationMeta) -> dict:
+    """The runtime metadata as JSON.  Layouts are kept where ``runtime.finish_call``
+    reads them (mutated inputs, outputs regenerated as views); elsewhere a symbolic
+    one is dropped."""
     outputs = []
     for o in meta.outputs:
         d = dataclasses.asdict(dataclasses.replace(o, fake=None))
-        d["fake"] = _fake_desc(o.fake) if o.is_tensor else None
+        d["fake"] = _fake_desc(o.fake, o.kind != "plain") if o.is_tensor else None
         outputs.append(d)
+    n_mut = len(meta.mutated_inputs)
+    n_out = len(meta.outputs)
+    fw_fakes = [_fake_desc(f, i < n_mut or (i < n_mut + n_out and meta.outputs[i - n_mut].kind != "plain")
+                           or i >= n_mut + n_out)
+                for i, f in enumerate(meta.fw_out_fakes)]
     return {"inputs": [dataclasses.asdict(i) for i in meta.inputs], "outputs": outputs,
             "num_intermediate_bases": meta.num_intermediate_bases,
             "intermediate_bases_require_grad": list(meta.intermediate_bases_require_grad),
             "grad_enabled_after": meta.grad_enabled_after,
-            "fw_out_fakes": [_fake_desc(f) for f in meta.fw_out_fakes]}
+            "fw_out_fakes": fw_fakes}
 
 
 def meta_from_json(d: dict) -> ViewAndMutationMeta:
@@ -205,12 +335,23 @@ def save(key: str, meta: ViewAndMutationMeta, parts: dict) -> None:
                     raise BypassAOTAutogradCache(f"the {name} graph was not saved in the FX graph cache")
                 graphs[name] = k
         facts = {k: v for k, v in parts.items() if k not in ("fw", "bw", "inference")}
-        payload = cache_entry.pack({"graphs": graphs, "meta": meta_to_json(meta), "facts": facts})
+        body = {"graphs": graphs, "meta": meta_to_json(meta), "facts": facts}
+        pending = _pending_shapes.pop(key, None)
+        if pending is not None:
+            env, n_guards, n_asserts = pending
+            if _num_deferred_asserts(env) != n_asserts:
+                raise BypassAOTAutogradCache("compiling added deferred runtime asserts on sizes")
+            body["shape_guards"] = [_guard_text(g.expr) for g in env.guards[n_guards:]]
+        payload = cache_entry.pack(body)
     except BypassCache as e:
         _bypass(str(e))
         return
     get_store().put(NAMESPACE, key, payload)
     counters["aot_autograd"]["autograd_cache_saved"] += 1
+
+
+class _GuardsDoNotHold(Exception):
+    pass
 
 
 def load(key: str, aot_config):
@@ -222,6 +363,9 @@ def load(key: str, aot_config):
         try:
             entry, _ = cache_entry.unpack(payload)
             meta = meta_from_json(entry["meta"])
+            pending = _pending_shapes.get(key)
+            if entry.get("shape_guards") and (pending is None or not _replay_guards(entry["shape_guards"], pending[0])):
+                raise _GuardsDoNotHold()
             compilers = {"fw": aot_config.fw_compiler, "bw": aot_config.bw_compiler,
                          "inference": aot_config.inference_compiler}
             graphs = {}
@@ -231,6 +375,9 @@ def load(key: str, aot_config):
                     break
             else:
                 found = (meta, graphs, entry["facts"])
+                _pending_shapes.pop(key, None)
+        except _GuardsDoNotHold:  # compiled for other sizes: a plain miss
+            pass
         except Exception as e:  # a damaged or stale entry is a miss
             counters["cache"]["unloadable"] += 1
             log.warning("torchkiln AOT autograd cache: entry %s could not be loaded (%s: %s)", key, type(e).__name__, e)
