@@ -98,3 +98,14 @@ def test_check_with_constant_condition():
 
     out, frames = _count(f, torch.ones(3), fullgraph=True)
     assert out == 4.0 and frames == 1
+
+
+@scalars
+def test_index_by_item():
+    def f(x, i):
+        return x[i.item()] * 2
+
+    x = torch.arange(12.0).view(4, 3)
+    opt = torchkiln.compile(f, backend="eager", fullgraph=True)
+    for i in (1, -1, 3):
+        torch.testing.assert_close(opt(x, torch.tensor(i)), f(x, torch.tensor(i)))

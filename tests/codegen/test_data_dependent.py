@@ -134,3 +134,25 @@ def test_violated_check_raises(device):
         opt(x, torch.tensor(1))
     with pytest.raises(RuntimeError, match=r"u\d+ <= 4|u\d+ < 5"):
         opt(x, torch.tensor(5))
+    # against a symbolic size: the assert reads both the unbacked and the input's symbol
+    opt = _checked(torchkiln.compile(f, fullgraph=True, dynamic=True))
+    x = torch.randn(7, device=device)
+    torch.testing.assert_close(opt(x, torch.tensor(6)), f(x, torch.tensor(6)))
+    with pytest.raises(RuntimeError, match=r"\(u\d+ < s\d+\)"):
+        opt(x, torch.tensor(7))
+
+
+@both
+def test_other_data_dependent_ops(device):
+    def f(x, r):
+        u = torch.unique(x.round())
+        rep = torch.repeat_interleave(x, r)
+        sel = torch.masked_select(x, x > 0)
+        where = torch.argwhere(x > 0.5)
+        return u * 2, rep + 1, sel.sum() + sel.numel(), where + 1
+
+    opt = _checked(torchkiln.compile(f, fullgraph=True))
+    for n in (6, 9):
+        x = torch.randn(n, device=device) * 3
+        r = torch.randint(0, 3, (n,), device=device)
+        torch.testing.assert_close(opt(x, r), f(x, r))
