@@ -303,3 +303,27 @@ def test_counter_rebuilt_and_unary_ops():
         return c, p, dict(-c), x + 1
 
     run_both(f, lambda: (X,), frames=None)
+
+
+def test_set_changing_size_while_iterating_raises():
+    """test_set test_changingSizeWhileIterating: iterating a set/dict snapshot missed
+    CPython's RuntimeError; the size is now checked (a change is a break, the frame runs
+    natively and raises)."""
+    def f(x):
+        s = {1, 2, 3}
+        try:
+            for i in s:
+                s.update([4])
+        except RuntimeError:
+            return "raised", x + 1
+        return "no error", x + 1
+
+    assert f(X)[0] == "raised"
+    assert torchkiln.compile(f, backend="eager")(X)[0] == "raised"
+
+    def g(x):
+        d = {"a": 1, "b": 2}
+        out = [k for k in d]
+        return out, sorted(d.items()), x + 1
+
+    run_both(g, lambda: (X,))

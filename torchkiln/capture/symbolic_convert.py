@@ -667,6 +667,11 @@ class InstructionTranslatorBase:
         value = self.pop()
         if isinstance(value, ListIteratorVariable) or hasattr(value, "next_item"):
             self.push(value)
+        elif isinstance(value, (DictVariable, SetVariable)):
+            # its size is checked as CPython's dict/set iterator does
+            from .variables.iterators import build_iter
+
+            self.push(build_iter(self, value) or ListIteratorVariable(value.unpack_var_sequence(self)))
         else:
             self.push(ListIteratorVariable(value.unpack_var_sequence(self),
                                            container=value if type(value) is ListVariable else None))
@@ -971,7 +976,8 @@ _RUNTIME_OBSERVERS = frozenset({
     "weakref", "ref", "proxy", "WeakSet", "WeakValueDictionary", "WeakKeyDictionary", "WeakMethod", "finalize",
     "getweakrefcount", "getrefcount", "gc", "gc_collect", "get_referrers", "get_referents",
     "__traceback__", "tb_frame", "tb_next", "extract_tb", "format_tb", "walk_tb", "extract_stack",
-    "format_stack", "print_stack", "walk_stack", "f_back", "currentframe", "_getframe"})
+    "format_stack", "print_stack", "walk_stack", "f_back", "currentframe", "_getframe",
+    "getsizeof", "__sizeof__"})  # containers rebuilt at a break have their own memory layout
 _OBSERVES: dict = {}
 
 

@@ -38,6 +38,8 @@ class NativeIteratorVariable(VariableTracker):
         self.consumed = 0
         self.finished = False
         self.drained = None  # remaining items, drained when rebuilt after being advanced
+        self.sized = None  # the dict/set iterated (CPython raises if its size changes)
+        self.size0 = 0
 
     def python_type(self):
         return self.real_type
@@ -46,12 +48,17 @@ class NativeIteratorVariable(VariableTracker):
         """The next item's tracker, or None when exhausted."""
         if self.finished:
             return None
+        self._check_size()
         item = self.source_it.next_item(tx)
         if item is None:
             self.finished = True
             return None
         self.consumed += 1
         return item
+
+    def _check_size(self):
+        if self.sized is not None and len(self.sized.items) != self.size0:
+            unsupported(f"RuntimeError: {self.sized.python_type().__name__} changed size during iteration")
 
     def unpack_var_sequence(self, tx):
         items = []
@@ -90,6 +97,7 @@ class NativeIteratorVariable(VariableTracker):
         """An iterator advanced during capture: its remaining items, drained now, as a list
         iterator (the resumed frame captures iterating it).  Only when drained items cause
         no side effect (a ``map`` of a function that writes would run it too early)."""
+        self._check_size()  # a set/dict iterator's position cannot be rebuilt after a resize
         if self.drained is None:
             side_effects = cg.output.side_effects
             before = len(side_effects.ops)
@@ -172,4 +180,7 @@ def build_iter(tx, arg):
     else:
         return None
     real_type = type(iter(sample))
-    return NativeIteratorVariable(iter, [arg], {}, ListIteratorVariable(arg.unpack_var_sequence(tx)), real_type)
+    result = NativeIteratorVariable(iter, [arg], {}, ListIteratorVariable(arg.unpack_var_sequence(tx)), real_type)
+    if isinstance(arg, (DictVariable, SetVariable)):
+        result.sized, result.size0 = arg, len(arg.items)
+    return result
