@@ -355,3 +355,21 @@ def test_partialmethod_frame_binds_by_its_code():
         return a.positional(c=6), a.nested(6, d=7), A.nested(a, 6, d=7)
 
     assert compiled(f)(a) == f(a)
+
+
+class _Plain:
+    def __init__(self):
+        self.x = 1
+
+
+def test_deepcopy_sees_attribute_writes_of_the_frame():
+    """test_functools TestPartialPySubclass.test_deepcopy: the trace-time deep copy of an
+    input object missed an attribute written earlier in the frame."""
+    import copy
+
+    def f(p):
+        p.attr = [1]
+        c = copy.deepcopy(p)
+        return c.attr, c.x
+
+    assert compiled(f)(_Plain()) == f(_Plain())

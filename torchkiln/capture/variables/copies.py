@@ -128,6 +128,8 @@ def deepcopy_handler(tx, args, kwargs):
     source = getattr(vt, "source", None)
     from .user_defined import UserDefinedObjectVariable
 
+    if any(key[0] == id(vt) for key in tx.output.side_effects.attr_values):
+        unsupported("copy.deepcopy of an object with attribute writes pending in this frame")
     if isinstance(vt, UserDefinedObjectVariable) and source is not None and \
             getattr(type(value), "__deepcopy__", None) is None and is_plain_data(value):
         g = tx.output.guards
