@@ -373,3 +373,17 @@ def test_deepcopy_sees_attribute_writes_of_the_frame():
         return c.attr, c.x
 
     assert compiled(f)(_Plain()) == f(_Plain())
+
+
+def test_namedtuple_made_at_a_break_reads_the_users_frame():
+    """test_collections TestNamedTuple: ``namedtuple`` sets ``__module__`` from
+    ``sys._getframe(1)``; called from transformed code (or captured as its own frame) it
+    saw torchkiln's frame, and its ``_make`` failed."""
+    from collections import namedtuple
+
+    def f():
+        Zero = namedtuple("Zero", "")
+        Dot = namedtuple("Dot", "d")
+        return repr(Zero()), Zero.__module__, Zero._make([]), Dot._make([1]), Dot.__module__
+
+    assert compiled(f)() == f()

@@ -185,9 +185,19 @@ def wrap_callee(fn, compile_wrapper):
     return fn
 
 
+def reads_caller_frame(fn) -> bool:
+    """Whether Python function ``fn`` reads its caller's frame (``sys._getframe(1)``, as
+    ``collections.namedtuple`` does for ``__module__``): it must be called natively from
+    the user's frame (a resume function), not from transformed code nor as a captured frame."""
+    code = getattr(fn, "__code__", None)
+    return isinstance(code, types.CodeType) and not {"_getframe", "currentframe"}.isdisjoint(code.co_names)
+
+
 def _wants_frame(fn) -> bool:
     module = fn.__module__ or ""
     if getattr(fn, "_torchkiln_disable", False) or getattr(fn, "_torchkiln_graph_break", False):
+        return False
+    if reads_caller_frame(fn):
         return False
     return not module.startswith(("torch.", "torchkiln")) and module != "torch" and \
         module.split(".")[0] not in SKIP_MODULES

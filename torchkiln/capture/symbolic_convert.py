@@ -21,7 +21,7 @@ from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
 from bytecode.instr import CellVar, FreeVar
 
 from ..exc import Unsupported
-from .codegen import RuntimeCodegen, breaking_code, returning_code, wrap_callee
+from .codegen import RuntimeCodegen, breaking_code, reads_caller_frame, returning_code, wrap_callee
 from .guards import entry_global_state, global_state
 from .frame import SKIP_MODULES, BreakReason, CacheEntry, LazyLocal, bind_locals, call_with_locals
 from .resume import resume_function
@@ -1275,7 +1275,11 @@ class InstructionTranslator(InstructionTranslatorBase):
         ``eval(s)``...): made from the transformed code it would see that code's frame,
         so it runs in the resume function instead."""
         slots = (len(self.stack) - argc - 1, len(self.stack) - argc - 2)  # [NULL, fn] (3.11) / [fn, NULL] (3.12)
-        return any(0 <= i < len(self.stack) and getattr(self.stack[i], "fn", None) in _FRAME_BUILTINS for i in slots)
+        for i in slots:
+            fn = getattr(self.stack[i], "fn", None) if 0 <= i < len(self.stack) else None
+            if fn in _FRAME_BUILTINS or reads_caller_frame(fn):  # e.g. namedtuple's __module__
+                return True
+        return False
 
     def _is_context_region(self, region):
         target = self.labels.get(region.target)
