@@ -302,6 +302,31 @@ def _start_compile(generator, kernels):
     return done
 
 
+def _frozen_compiler(gm, example_inputs):
+    """With ``config.freezing`` and grad mode off: a compiler for the inference graph
+    that binds the module's state as constants (codegen/freezing.py); else None."""
+    if not config.freezing or torch.is_grad_enabled():
+        return None
+    from . import freezing
+
+    state = [*dict(gm.named_parameters(remove_duplicate=False)).values(),
+             *dict(gm.named_buffers(remove_duplicate=False)).values()]
+    constants = dict(enumerate(state))
+    for i in freezing.frozen_flat_inputs(gm, example_inputs):
+        constants[len(state) + i] = example_inputs[i]
+    if not constants:
+        return None
+
+    def compile_frozen(aten_gm, example_vals):
+        frozen = freezing.freeze(aten_gm, constants)
+        if frozen is None:
+            return compile_fx_inner(aten_gm, example_vals)
+        with config.patch(fx_graph_cache=False):  # the constants are not in the key
+            return compile_fx_inner(frozen, example_vals)
+
+    return compile_frozen
+
+
 def compile_fx(gm: torch.fx.GraphModule, example_inputs):
     """The "inductor" backend: AOT autograd + ``compile_fx_inner`` for forward and backward.
 
@@ -314,7 +339,8 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
 
     try:
         return aot_module_simplified(gm, example_inputs, fw_compiler=compile_fx_inner,
-                                     bw_compiler=compile_fx_inner, decompositions=decompositions())
+                                     bw_compiler=compile_fx_inner, decompositions=decompositions(),
+                                     inference_compiler=_frozen_compiler(gm, example_inputs))
     except Exception as e:
         if config.debug:
             raise

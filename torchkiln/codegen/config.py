@@ -39,4 +39,8 @@ config = Config(
     # Linear layers (addmm/mm of a transposed row-major weight) in float32 on CPU run
     # oneDNN's matmul, 5-12% faster than ATen's addmm here (codegen/mkldnn.py).
     mkldnn_linear=True,
+    # In no_grad inference, module parameters and buffers are constants: folded, batch
+    # norm folded into convolutions, conv weights prepacked (codegen/freezing.py); changes
+    # to them after compiling are not seen.  Off by default, as torch._inductor.config.freezing.
+    freezing=False,
 )

@@ -1226,6 +1226,21 @@ def mm(mat1, mat2):
     return make_extern(aten.mm.default, [mat1, mat2], {}, fallback=False)
 
 
+@register(torch.ops.mkldnn._convolution_pointwise.default)
+def convolution_pointwise(x, weight, bias, padding, stride, dilation, groups, attr, scalars, algorithm):
+    """oneDNN's convolution with a fused post-op and a prepacked weight (a raw tensor
+    argument, codegen/freezing.py); channels-last as ``convolution``."""
+    args = [x, weight, bias, padding, stride, dilation, groups, attr, scalars, algorithm]
+    node = current_graph().current_node
+    fake = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    if not layout_opt.conv_prefers_channels_last(fake, weight, False):
+        return make_extern(torch.ops.mkldnn._convolution_pointwise.default, args, {}, fallback=False)
+    args[0] = layout_opt.realize_channels_last(x)
+    size = out_size()
+    out = Layout(size, layout_opt.channels_last_strides(size), sympy.Integer(0), out_val().dtype, out_val().device)
+    return make_extern(torch.ops.mkldnn._convolution_pointwise.default, args, {}, fallback=False, layout=out)
+
+
 @register(aten.convolution)
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     """ATen's convolution (oneDNN); a 2-d one on channels-last input and result

@@ -63,7 +63,8 @@ class WrapperCodegen:
 
     # ---- printing helpers
     def const(self, value) -> str:
-        key = (type(value), repr(value))
+        # a tensor (a prepacked weight, codegen/freezing.py) is its own constant
+        key = (type(value), id(value)) if isinstance(value, torch.Tensor) else (type(value), repr(value))
         if key not in self._consts:
             name = f"_c{len(self._consts)}"
             self._consts[key] = name
