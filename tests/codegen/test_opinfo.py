@@ -13,11 +13,23 @@ passes fails, so the list only shrinks).
 
 By default a deterministic shard runs (about 1 test in ``SHARD_EVERY``, plus the ops in
 ``ALWAYS``); ``TORCHKILN_OPINFO_FULL=1`` or ``pytest -m slow`` runs the whole sweep.
+
+Sweeps by hand (see ``opinfo_summary.py`` for the per-dtype table):
+
+- ``TORCHKILN_OPINFO_LOG=file``: one JSON line per case (``{"id", "op", "dtype", "mode",
+  "outcome", "message", "seconds"}``; outcome ``pass | xfail | skip | FAIL | XPASS``),
+  preceded by a ``"start"`` line, so a case that killed the process is known.
+- ``TORCHKILN_OPINFO_SHARD=i/n``: only the cases at positions ``i, i+n, ...`` (crc order).
+- ``TORCHKILN_OPINFO_RESUME=1``: cases the log already has an outcome for are left out;
+  one the log started but never finished (the process died in it) is logged ``crash``
+  and left out too.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
+import time
 import warnings
 import zlib
 
@@ -38,8 +50,10 @@ common = pytest.importorskip("torch.testing._internal.common_methods_invocations
 DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool)
 GRAD_DTYPES = (torch.float32, torch.float64)
 MAX_SAMPLES = int(os.environ.get("TORCHKILN_OPINFO_SAMPLES", "1"))
-# A file each finished case appends "id outcome message" to (for sweeps run by hand).
+# A file each case appends JSON lines to (for sweeps run by hand).
 LOG = os.environ.get("TORCHKILN_OPINFO_LOG")
+SHARD = os.environ.get("TORCHKILN_OPINFO_SHARD", "")  # "i/n"
+RESUME = os.environ.get("TORCHKILN_OPINFO_RESUME", "") not in ("", "0")
 SHARD_EVERY = 12
 FULL = os.environ.get("TORCHKILN_OPINFO_FULL", "") not in ("", "0")
 # Always in the CI shard: ops that once gave silent wrong results.
@@ -86,7 +100,37 @@ def _params():
         case_id = f"{op_key(op)}-{_SHORT[dtype]}-{mode}"
         marks = [] if _in_shard(case_id, op) else [pytest.mark.slow]
         params.append(pytest.param(op, dtype, mode, id=case_id, marks=marks))
-    return sorted(params, key=lambda p: zlib.crc32(p.id.encode()[::-1]))
+    params.sort(key=lambda p: zlib.crc32(p.id.encode()[::-1]))
+    if SHARD:
+        i, n = (int(x) for x in SHARD.split("/"))
+        params = params[i::n]
+    if RESUME and LOG:
+        done = _logged_outcomes()
+        params = [p for p in params if p.id not in done]
+    return params
+
+
+def _logged_outcomes() -> set[str]:
+    """Ids of the cases ``LOG`` has an outcome for; a case started but never finished
+    (the process died in it) gets a ``crash`` outcome now."""
+    if not os.path.exists(LOG):
+        return set()
+    started, done = {}, set()
+    with open(LOG) as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:  # a line cut short by the crash
+                continue
+            if rec["outcome"] == "start":
+                started[rec["id"]] = rec
+            else:
+                done.add(rec["id"])
+    for case_id, rec in started.items():
+        if case_id not in done:
+            _write_log({**rec, "outcome": "crash", "message": "the process died in this case"})
+            done.add(case_id)
+    return done
 
 
 # ---------------------------------------------------------------------------------------
@@ -252,6 +296,7 @@ def _strict_capture(monkeypatch):
 def test_opinfo(op, dtype, mode):
     key = (op_key(op), _SHORT[dtype], mode)
     expected = EXPECTED_FAILURES.get(key) or EXPECTED_FAILURES.get((op_key(op), "*", mode))
+    _log(key, "start", "")
     samples = _samples(op, dtype, mode)
     if not samples:
         _log(key, "skip", "no sample inputs")
@@ -260,7 +305,7 @@ def test_opinfo(op, dtype, mode):
     try:
         for sample in samples:
             check_sample(op, sample, mode)
-    except Exception as e:
+    except (Exception, pytest.fail.Exception) as e:  # the latter: pytest-timeout's
         _log(key, "xfail" if expected else "FAIL", f"{type(e).__name__}: {e}")
         if expected:
             pytest.xfail(expected)
@@ -270,7 +315,20 @@ def test_opinfo(op, dtype, mode):
         pytest.fail(f"{key} passes now: remove it from opinfo_expected_failures.py", pytrace=False)
 
 
+_started = [0.0]
+
+
 def _log(key, outcome, message):
-    if LOG:
-        with open(LOG, "a") as f:
-            f.write(f"{'|'.join(key)}\t{outcome}\t{' '.join(message.split())[:300]}\n")
+    if not LOG:
+        return
+    now = time.monotonic()
+    if outcome == "start":
+        _started[0] = now
+    op, dtype, mode = key
+    _write_log({"id": f"{op}-{dtype}-{mode}", "op": op, "dtype": dtype, "mode": mode, "outcome": outcome,
+                "message": " ".join(message.split())[:300], "seconds": round(now - _started[0], 2)})
+
+
+def _write_log(rec):
+    with open(LOG, "a") as f:
+        f.write(json.dumps(rec) + "\n")
