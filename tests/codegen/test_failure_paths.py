@@ -155,3 +155,40 @@ def test_triton_error_falls_back_with_one_warning(cache, monkeypatch, when):
     with config.patch(cpu_backend="triton", debug=True):
         with pytest.raises(Exception):
             _inner(fn, x)(x)
+
+
+
+@pytest.mark.parametrize("stage", ["build", "lowering"])
+def test_fullgraph_raises_on_a_failed_kernel_build(cache, monkeypatch, stage):
+    """``fullgraph=True`` never runs a graph eagerly: a g++ error (surfacing at the first
+    call, as C++ builds are asynchronous) or a lowering error raises BackendCompilerFailed
+    with the compiler's message, again at the next call; without fullgraph the same graph
+    falls back to eager with one warning."""
+    import torchkiln
+    from torchkiln.codegen import cpp
+    from torchkiln.codegen import lowering
+    from torchkiln.exc import BackendCompilerFailed
+
+    if stage == "build":
+        monkeypatch.setattr(cpp, "render_kernel", lambda k, sites=None: f"int broken_{k.name}( {{ ;")
+        message = "error:"
+    else:
+        def broken(*args, **kwargs):
+            raise NotImplementedError("forced lowering error")
+
+        monkeypatch.setitem(lowering.lowerings, torch.ops.aten.sin.default, broken)
+        message = "forced lowering error"
+    monkeypatch.setattr(torchkiln.config, "suppress_errors", True)
+    fn = lambda a: (a + 1).sin()  # noqa: E731
+    x = torch.randn(8)
+    torchkiln.reset()
+    strict = torchkiln.compile(fn, fullgraph=True)
+    for _ in range(2):
+        with pytest.raises(BackendCompilerFailed, match=message):
+            strict(x)
+    torchkiln.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(torchkiln.compile(fn)(x), fn(x))
+    assert [str(w.message) for w in caught if "fell back" in str(w.message)], [str(w.message) for w in caught]
+    torchkiln.reset()

@@ -21,6 +21,7 @@ from ..config import config
 from ..exc import BackendCompilerFailed, Unsupported
 from ..utils.counters import counters
 from ..utils import trace
+from ..utils.strict import strict_compile
 from ..utils.logging import get_artifact_logger
 from .side_effects import SideEffects
 from .variables.base import ConstantVariable, unsupported
@@ -232,7 +233,7 @@ class OutputGraph:
         for wrap_backend in _backend_wrappers:
             backend = wrap_backend(backend)
         try:
-            with trace.stage("backend"):
+            with trace.stage("backend"), strict_compile(fullgraph):  # fullgraph: no eager fallback
                 compiled = backend(gm, example_inputs)
         except Exception as e:  # noqa: BLE001
             name = getattr(backend, "__name__", type(backend).__name__)

@@ -17,7 +17,9 @@ import warnings
 import torch
 
 from ..cache.keys import BypassCache
+from ..exc import BackendCompilerFailed
 from ..utils import progress, trace
+from ..utils.strict import strict
 from ..utils.counters import counters
 from ..utils.logging import get_artifact_logger
 from . import config, fx_graph_cache, metrics
@@ -41,7 +43,9 @@ class CompiledGraph:
     ``current_callable`` starts as a function that waits for the build, binds the
     wrapper, replaces itself with the wrapper's ``call`` and calls it, so later calls
     cost nothing extra.  A build that fails there warns once and the graph runs
-    eagerly (``gm.forward``) from then on, as a failure at compile time does.
+    eagerly (``gm.forward``) from then on, as a failure at compile time does; a graph
+    compiled under ``fullgraph=True`` raises :class:`BackendCompilerFailed` there instead
+    (``codegen.config.debug``: the compiler's own error).
     ``cache_key`` is the graph's FX graph cache key (None: not cached); ``on_bound``
     runs once the kernels are built and bound (it saves the graph in the cache).
     """
@@ -56,6 +60,7 @@ class CompiledGraph:
         self._on_bound = on_bound
         self._gm, self._code, self._globals, self._pending = gm, code, globals_, pending
         self._debug = config.debug
+        self._strict = strict()  # compiled under fullgraph=True: no eager fallback
         self._launch_errors = launch_errors
         self._finishing = threading.Lock()
         self.current_callable = self._bind() if pending.done() else self._finish_then_call
@@ -80,6 +85,8 @@ class CompiledGraph:
             except errors as e:
                 if debug:
                     raise
+                if self._strict:
+                    raise BackendCompilerFailed("inductor", e) from e
                 self.current_callable = _fall_back(gm, e)
                 return self.current_callable(*args)
 
@@ -94,6 +101,8 @@ class CompiledGraph:
                 except Exception as e:
                     if self._debug:
                         raise
+                    if self._strict:  # stays unbound: the next call raises again
+                        raise BackendCompilerFailed("inductor", e) from e
                     self.current_callable = _fall_back(self._gm, e)
                 self._gm = self._code = self._globals = self._pending = None
         return self.current_callable(*args)
@@ -139,7 +148,9 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     of the graph's outputs.  Never raises for an unsupported graph: it warns once and
     returns ``gm.forward`` (eager ATen) instead.  Returns before the kernels' C++ build
     finishes; a build error surfaces as that warning at the first call, which then runs
-    eagerly.  ``codegen.config.debug`` (read here) raises instead, at the first call.
+    eagerly.  ``codegen.config.debug`` (read here) raises instead, at the first call;
+    so does a graph compiled under ``fullgraph=True`` (:func:`torchkiln.utils.strict.strict`),
+    with :class:`torchkiln.exc.BackendCompilerFailed`.
     """
     key = None
     if config.fx_graph_cache and any("unbacked_bindings" in n.meta for n in gm.graph.nodes):
@@ -159,7 +170,7 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     except Exception as e:  # any failure: a correct (eager) result, never a wrong one
         if key is not None:
             counters["inductor"]["fxgraph_cache_miss"] += 1
-        if config.debug:
+        if config.debug or strict():
             raise
         return _fall_back(gm, e)
     metrics.graphs_compiled += 1
@@ -342,7 +353,7 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
                                      bw_compiler=compile_fx_inner, decompositions=decompositions(),
                                      inference_compiler=_frozen_compiler(gm, example_inputs))
     except Exception as e:
-        if config.debug:
+        if config.debug or strict():
             raise
         warnings.warn(f"torchkiln inductor backend fell back to eager: {type(e).__name__}: {e}")
         return gm.forward
