@@ -141,6 +141,18 @@ def global_state_query(fn, args, kwargs):
     return fold
 
 
+def _has_opaque_argument(tx, args, kwargs) -> bool:
+    """Whether an argument (a module, a user object) cannot be an argument of a graph node."""
+    from ...exc import Unsupported
+
+    for a in (*args, *kwargs.values()):
+        try:
+            tx.output._map(a)
+        except Unsupported:
+            return True
+    return False
+
+
 class TorchVariable(ValueVariable):
     """A torch function, ``torch.nn.functional`` function, ATen op or Tensor method."""
 
@@ -183,6 +195,13 @@ class TorchVariable(ValueVariable):
             from .tensor import TensorVariable
 
             return ConstantVariable(isinstance(args[0], TensorVariable))
+        if isinstance(fn, types.FunctionType) and _has_opaque_argument(tx, args, kwargs):
+            # a Python function of torch (F.triplet_margin_with_distance_loss with a module as
+            # its distance, F.linear_cross_entropy with an options object) cannot be one graph
+            # node: traced into, as torch.compile inlines torch.nn.functional
+            from .functions import UserFunctionVariable
+
+            return UserFunctionVariable(fn).call_function(tx, args, kwargs)
         return tx.output.call_function(tx, fn, args, kwargs)
 
     def __repr__(self):
