@@ -11,8 +11,9 @@ raises a torchkiln error fails like a wrong result; each such op/dtype/mode that
 fails is named, with why, in ``opinfo_expected_failures.py`` (strict: an entry that
 passes fails, so the list only shrinks).
 
+Ops of ``python_ref_db`` (the ``_refs.*`` decompositions) are swept forward too.
 By default a deterministic shard runs (about 1 test in ``SHARD_EVERY``, plus the ops in
-``ALWAYS``); ``TORCHKILN_OPINFO_FULL=1`` or ``pytest -m slow`` runs the whole sweep.
+``ALWAYS``, and 1 ``_refs`` test in ``REF_SHARD_EVERY``); ``TORCHKILN_OPINFO_FULL=1`` or ``pytest -m slow`` runs the whole sweep.
 
 Sweeps by hand (see ``opinfo_summary.py`` for the per-dtype table):
 
@@ -55,6 +56,7 @@ LOG = os.environ.get("TORCHKILN_OPINFO_LOG")
 SHARD = os.environ.get("TORCHKILN_OPINFO_SHARD", "")  # "i/n"
 RESUME = os.environ.get("TORCHKILN_OPINFO_RESUME", "") not in ("", "0")
 SHARD_EVERY = 12
+REF_SHARD_EVERY = 50  # python_ref_db in the CI shard: a light sample
 FULL = os.environ.get("TORCHKILN_OPINFO_FULL", "") not in ("", "0")
 # Always in the CI shard: ops that once gave silent wrong results.
 ALWAYS = {"view_as_complex", "fft.ifft", "fft.ihfft", "fft.ihfftn", "stft", "add", "sum",
@@ -74,7 +76,13 @@ def op_key(op) -> str:
 
 
 def _cases():
+    """(op, dtype, mode) of ``op_db`` (forward, and gradients for float32/float64), then of
+    ``python_ref_db`` (forward: its ``_refs.*`` Python decompositions are traced by capture
+    into prims and ATen ops, which op_db's ATen calls never reach)."""
     cases = []
+    for op in common.python_ref_db:
+        supported = op.supported_dtypes("cpu")
+        cases += [(op, dtype, "fwd") for dtype in DTYPES if dtype in supported]
     for op in common.op_db:
         supported = op.supported_dtypes("cpu")
         for dtype in DTYPES:
@@ -89,6 +97,8 @@ def _cases():
 
 
 def _in_shard(case_id: str, op) -> bool:
+    if op.name.startswith("_refs."):
+        return zlib.crc32(case_id.encode()) % REF_SHARD_EVERY == 0
     return op.name in ALWAYS or zlib.crc32(case_id.encode()) % SHARD_EVERY == 0
 
 

@@ -65,9 +65,30 @@ def is_checked_op(node) -> bool:
     return node.op == "call_function" and getattr(node.target, "_name", None) in CHECK_OPS
 
 
+def _aliasing_prim(func) -> bool:
+    """A ``prims`` view (``broadcast_in_dim``, ``collapse_view``, ``split_dim``...): its
+    output aliases its input, which torch's functionalization rejects for non-ATen ops."""
+    return (getattr(func, "namespace", None) == "prims" and hasattr(func, "impl_aten")
+            and any(r.alias_info is not None for r in func._schema.returns))
+
+
+class _FunctionalMode(FunctionalTensorMode):
+    """Functionalization that also takes the ``torch._refs`` decompositions: an aliasing
+    prim runs its ATen implementation (views functionalization knows) instead of failing
+    (torch.compile fails there: "Found a custom (non-ATen) operator whose output has alias
+    annotations")."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if _aliasing_prim(func):
+            with self:
+                return func.impl_aten(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
 @contextlib.contextmanager
 def functional_mode():
-    """``FunctionalTensorMode`` with the ``CHECK_OPS`` traced as plain ops (no tokens)."""
+    """``FunctionalTensorMode`` with the ``CHECK_OPS`` traced as plain ops (no tokens),
+    and aliasing ``prims`` views run as their ATen implementation."""
     from torch._library.simple_registry import singleton
 
     holders = [singleton.find(name).effect for name in CHECK_OPS]
@@ -75,7 +96,7 @@ def functional_mode():
     for h in holders:
         h._effect = None
     try:
-        with FunctionalTensorMode():
+        with _FunctionalMode():
             yield
     finally:
         for h, e in zip(holders, saved):
