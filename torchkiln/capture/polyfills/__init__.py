@@ -16,11 +16,12 @@ from __future__ import annotations
 from . import builtins as _builtins
 from . import containers as _containers
 from . import libs as _libs
+from . import torch_ops as _torch_ops
 
 POLYFILLS: dict[int, object] = {}
 """``id(real function)`` -> polyfill function."""
 
-for _module in (_builtins, _libs):
+for _module in (_builtins, _libs, _torch_ops):
     for _real, _poly in _module.REGISTRY.items():
         if not isinstance(getattr(_real, "__self__", None), type):  # a bound method is made per access
             POLYFILLS[id(_real)] = _poly

@@ -195,6 +195,11 @@ class TorchVariable(ValueVariable):
             from .tensor import TensorVariable
 
             return ConstantVariable(isinstance(args[0], TensorVariable))
+        from ..polyfills import call_polyfill, polyfill_for
+
+        poly = polyfill_for(fn)
+        if poly is not None:  # torch.cov & co. (polyfills/torch_ops.py)
+            return call_polyfill(tx, poly, args, kwargs)
         if isinstance(fn, types.FunctionType) and _has_opaque_argument(tx, args, kwargs):
             # a Python function of torch (F.triplet_margin_with_distance_loss with a module as
             # its distance, F.linear_cross_entropy with an options object) cannot be one graph
