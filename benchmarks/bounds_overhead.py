@@ -10,7 +10,8 @@ Per kernel (the load on a shared machine hides a 2% effect in whole steps): ever
 kernel call is timed (``perf_counter_ns`` around the ctypes call, the same cost in both
 copies); the kernels that carry checks in the checked copy are paired with the same
 kernels of the other copy (same graph, same name), and their time per step, on and off
-(medians over rounds), and the difference as a share of the step are printed.
+(medians and minima over rounds), the difference as a share of the step, and their share
+of the step (a bound: checks that doubled those kernels would cost that much) are printed.
 
     python benchmarks/bounds_overhead.py --models nanogpt,hf_gpt2,hf_bert --mode inference
 """
@@ -125,6 +126,8 @@ def measure(name: str, mode: str, rounds: int, steps: int) -> dict:
     return {"model": name, "mode": mode, "checks_on": checks[True], "checks_off": checks[False],
             "kernel_on_us": k_on, "kernel_off_us": k_off,
             "kernel_pct": (k_on / k_off - 1) * 100 if k_off else 0.0,
+            "kernel_min_pct": (min(kernel_times[True]) / min(kernel_times[False]) - 1) * 100 if k_off else 0.0,
+            "kernel_share_pct": k_off / (off * 1e6) * 100,
             "kernel_step_pct": (k_on - k_off) / (off * 1e6) * 100,
             "on_ms": on * 1e3, "off_ms": off * 1e3, "overhead_pct": (on / off - 1) * 100,
             "paired_pct": (statistics.median(ratios) - 1) * 100, "min_pct": (min(times[True]) / min(times[False]) - 1) * 100}
@@ -142,12 +145,14 @@ def main() -> None:
     _count_checks()
     _time_kernels()
     print("model | mode | checks (on/off) | on ms | off ms | overhead % (medians) | median paired % | min/min % "
-          "| checked kernels on/off µs per step | kernel % | % of step")
+          "| checked kernels on/off µs per step | kernel % (medians) | kernel min/min % | % of step "
+          "| their share of the step %")
     for name in a.models.split(","):
         r = measure(name, a.mode, a.rounds, a.steps)
         print(f"{r['model']} | {r['mode']} | {r['checks_on']}/{r['checks_off']} | {r['on_ms']:.2f} | "
               f"{r['off_ms']:.2f} | {r['overhead_pct']:+.2f} | {r['paired_pct']:+.2f} | {r['min_pct']:+.2f} | "
-              f"{r['kernel_on_us']:.1f}/{r['kernel_off_us']:.1f} | {r['kernel_pct']:+.2f} | {r['kernel_step_pct']:+.3f}",
+              f"{r['kernel_on_us']:.1f}/{r['kernel_off_us']:.1f} | {r['kernel_pct']:+.2f} | {r['kernel_min_pct']:+.2f} | "
+              f"{r['kernel_step_pct']:+.3f} | {r['kernel_share_pct']:.2f}",
               flush=True)
 
 
