@@ -53,3 +53,16 @@ def test_refs_view_prims_are_functionalized():
     x = torch.randn(2, 3, 4)
     fn = lambda t: refs.flatten(t, 0, 1) * 2 + refs.broadcast_to(t[0, 0], (3, 4)).sum()  # noqa: E731
     torch.testing.assert_close(_one_graph(fn, x), fn(x))
+
+
+def test_sparse_gradient_of_to_sparse():
+    """The gradient reaching a compiled graph's sparse output is sparse; the backward was
+    traced for a dense one (it used to raise "unsupported memory format option")."""
+    x = torch.randn(4, 5, requires_grad=True)
+    fn = lambda t: (t * 2).to_sparse()  # noqa: E731
+    g = torch.randn(4, 5).to_sparse()
+    ref = torch.autograd.grad(fn(x), x, g)[0]
+    torchkiln.reset()
+    res = torch.autograd.grad(torchkiln.compile(fn)(x), x, g)[0]
+    torchkiln.reset()
+    torch.testing.assert_close(res, ref)

@@ -105,6 +105,8 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
                     g = torch.zeros(shape, dtype=dtype, device=device)
                 elif i in broadcast_ok and is_broadcast_scalar(g):
                     broadcast.append(i)  # passed as is, to a backward compiled for it
+                elif g.layout != torch.strided:  # a sparse grad (of to_sparse): the backward was traced dense
+                    g = g.to_dense()
                 elif not g.is_contiguous():
                     g = g.contiguous()
                 tangents.append(g)
