@@ -66,3 +66,15 @@ def test_sparse_gradient_of_to_sparse():
     res = torch.autograd.grad(torchkiln.compile(fn)(x), x, g)[0]
     torchkiln.reset()
     torch.testing.assert_close(res, ref)
+
+
+def test_extern_result_with_another_dtype_than_its_meta():
+    """torch's ``prims.signbit`` meta says float64 where the kernel returns bool; kernels
+    read the extern's bytes as the meta's dtype (all True was returned, silently): the
+    wrapper converts such a result to the dtype the graph was compiled for."""
+    import torch._refs as refs
+
+    for x in (torch.tensor([-1.0, 0.0, -0.0, 2.0, float("-inf"), float("nan")], dtype=torch.float64),
+              torch.tensor([-3, 0, 5, -1])):
+        fn = lambda t: refs.signbit(t)  # noqa: E731
+        torch.testing.assert_close(_one_graph(fn, x), fn(x))

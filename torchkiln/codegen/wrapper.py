@@ -257,11 +257,14 @@ class WrapperCodegen:
         """Kernels index an extern result with the fake value's strides; if the ATen
         kernel chose others at run time, copy it into that layout (never read it wrong).
         An ATen kernel may return an undefined tensor (None) for an output its fake
-        kernel describes as empty, e.g. the RNN workspace in inference."""
+        kernel describes as empty, e.g. the RNN workspace in inference.  A result whose
+        dtype is not the fake value's (a wrong meta: torch's ``prims.signbit`` says float64,
+        returns bool) is converted to it: the kernels would read its bytes as that dtype."""
         lay = buf.layout
         size, stride = self.shape(lay.size), self.shape(lay.stride)
-        return (f"if {buf.name} is not None and {buf.name}.stride() != {stride}: "
-                f"{buf.name} = restride({buf.name}, {size}, {stride})")
+        dtype = self.const(buf.dtype)
+        return (f"if {buf.name} is not None and ({buf.name}.stride() != {stride} or {buf.name}.dtype != {dtype}): "
+                f"{buf.name} = restride({buf.name}.to({dtype}), {size}, {stride})")
 
     def _plan_reuse(self, uses) -> dict:
         """{new buffer: dead buffer whose storage it takes} (same dtype, device, storage size)."""
