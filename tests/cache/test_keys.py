@@ -162,3 +162,26 @@ def test_autograd_function_apply_named_by_its_class():
     sin_name, cos_name = callable_name(_SinFunction.apply), callable_name(_CosFunction.apply)
     assert sin_name != cos_name
     assert "_SinFunction" in sin_name and "_CosFunction" in cos_name
+
+
+def test_an_unsaved_graph_stays_findable_until_its_entry_is_written():
+    """A backward whose build is still running when its frame is dropped (reset) must be
+    found by an AOT cache hit: held until its entry is written (the flaky lazy-backward test)."""
+    import gc
+
+    from torchkiln.codegen import fx_graph_cache
+
+    class Graph:
+        pass
+
+    g = Graph()
+    fx_graph_cache.remember("fxunsaved", g)
+    del g
+    gc.collect()
+    assert fx_graph_cache.live("fxunsaved") is not None
+    fx_graph_cache.settled("fxunsaved")
+    gc.collect()
+    assert fx_graph_cache.live("fxunsaved") is None
+    g2 = Graph()
+    fx_graph_cache.remember("fxunsaved", g2)  # already written: only while alive
+    assert fx_graph_cache.live("fxunsaved") is g2

@@ -217,7 +217,10 @@ def _saver(key: str, device, source: str, generator, globals_: dict):
         with once:
             if not done:
                 done.append(True)
-                _save(pending)
+                try:
+                    _save(pending)
+                finally:
+                    fx_graph_cache.settled(key)
 
     def _save(pending):
         try:

@@ -25,6 +25,7 @@ import importlib
 import io
 import logging
 import math
+import threading
 import weakref
 
 import torch
@@ -50,17 +51,39 @@ class FxGraphCache:
     @staticmethod
     def clear() -> None:
         _live.clear()
+        with _unsaved_lock:
+            _unsaved.clear()
+            _written.clear()
         get_store().clear(NAMESPACE)
 
 
+# Graphs whose entry is not written yet (their build is in flight), held strongly: a
+# backward compiled with its forward is not referenced once its frame is dropped
+# (torchkiln.reset()), and an AOT cache hit must still find it.
+_unsaved: dict = {}
+_written: set = set()
+_unsaved_lock = threading.Lock()
+
+
 def remember(key: str, compiled) -> None:
-    """Graphs compiled in this process stay findable by key while they are alive (their
-    entry is written when their build finishes, which may not have happened yet)."""
+    """Graphs compiled in this process stay findable by key while they are alive, and
+    until their entry is written (when their build finishes) even if not."""
     _live[key] = compiled
+    with _unsaved_lock:
+        if key not in _written:
+            _unsaved[key] = compiled
+
+
+def settled(key: str) -> None:
+    """The graph's entry is written, or will not be (failed build or save): stop
+    holding it."""
+    with _unsaved_lock:
+        _written.add(key)
+        _unsaved.pop(key, None)
 
 
 def live(key: str):
-    return _live.get(key)
+    return _live.get(key) or _unsaved.get(key)
 
 
 def _devices(example_inputs) -> list:
