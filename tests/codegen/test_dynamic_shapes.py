@@ -13,27 +13,12 @@ here with the same shapes).  Differences from the seed: the seed's setUp patches
 ``implicit_fallbacks=False``; torchkiln keeps its default (ops without a lowering run as
 counted ATen fallbacks), and every test instead fails if the compile fell back to eager.
 
-Left for later (data-dependent: they need ``.item()`` / ``.tolist()`` / ``nonzero()`` /
-boolean-mask capture, i.e. ``capture_scalar_outputs`` / ``capture_dynamic_output_shape_ops``
-and unbacked SymInts flowing into codegen):
-
-- test_arange_dynamic: ``torch.arange(0, a.max())`` — the end is a tensor value (``.item()``).
-- test_bool_mask_nobreak: ``x[b]`` with a bool mask — output size from ``nonzero``.
-- test_unwrap_storage_didnt_work_repro, test_item_nobreak, test_item_bool_nobreak,
-  test_item_zeros_nobreak, test_item_return, test_float_item_inf, test_float_item_neginf,
-  test_float_item_return, test_item_to_inputs_kernel_nobreak, test_item_unbacked_stride_nobreak:
-  ``.item()`` captured as an unbacked SymInt/SymFloat.
-- test_nonzero_size_factory_nobreak, test_nonzero_no_realloc, test_noops_tensor_repropagate:
-  ``nonzero()`` with a data-dependent output shape.
-- test_unbacked_index_select, test_unbacked_matmul, test_unbacked_reduction: kernels over
-  sizes from ``.item()``.
-- test_return_unbacked_view_split, test_cat_unbacked_duplicate_size,
-  test_unbacked_cat_backwards, test_unbacked_cat_backwards_save_data_dependent,
-  test_unbacked_save_for_backwards, test_item_materialize: ``.tolist()`` sizes, some
-  through custom ops and backward.
-- test_dynamic_stride_nobreak: a custom op whose fake kernel returns a new dynamic
-  (unbacked) stride.
-- test_case2: its body is missing from the seed.
+The seed's data-dependent tests (``.item()`` / ``.tolist()`` / ``nonzero()`` / boolean masks
+under ``capture_scalar_outputs`` / ``capture_dynamic_output_shape_ops``, unbacked SymInts
+flowing into codegen) are at the end of this file; ``test_case2`` (its body is missing in
+the seed) is replaced by a test of an unbacked slice length; where the seed's text lost a
+decorator or the call of the compiled function, the test follows PyTorch's upstream
+test of the same name.  Issue 14's own end-to-end tests are in test_data_dependent.py.
 The seed's other half (DynamicShapesCpuTests / DynamicShapesGPUTests: the whole
 test_torchinductor.py CommonTemplate re-run with ``assume_static_by_default=False``) is
 not in the seed text and is not ported; tests/codegen/test_ops.py plays that role.
