@@ -29,8 +29,17 @@ from . import distributed as _distributed  # noqa: F401,E402  (registers DDP and
 
 __version__ = "0.1.0"
 
+
+def cudagraph_mark_step_begin() -> None:
+    """Mark the start of a new step for ``mode="reduce-overhead"`` (as
+    ``torch.compiler.cudagraph_mark_step_begin``); see :mod:`torchkiln.codegen.cudagraphs`."""
+    from .codegen.cudagraphs import cudagraph_mark_step_begin as mark
+
+    mark()
+
+
 __all__ = [
     "compile", "optimize", "reset", "disable", "graph_break", "allow_in_graph", "explain",
     "list_backends", "register_backend", "mark_dynamic", "mark_static", "OptimizedModule",
-    "counters", "config", "compiled_autograd",
+    "counters", "config", "compiled_autograd", "cudagraph_mark_step_begin",
 ]

@@ -341,20 +341,35 @@ def _frozen_compiler(gm, example_inputs):
     return compile_frozen
 
 
-def compile_fx(gm: torch.fx.GraphModule, example_inputs):
+def compile_fx(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None, options: dict | None = None):
     """The "inductor" backend: AOT autograd + ``compile_fx_inner`` for forward and backward.
 
     Takes a torch-level graph from capture and its real example inputs; returns a
     callable with the same signature as ``gm``.  Falls back to ``gm.forward`` with a
-    warning if AOT autograd itself fails.
+    warning if AOT autograd itself fails.  ``mode``: None/"default"; "reduce-overhead"
+    records the compiled graphs into CUDA graphs (:mod:`.cudagraphs`); "max-autotune"
+    and "max-autotune-no-cudagraphs" compile as the default for now (as do ``options``,
+    which are accepted and ignored but for ``triton.cudagraphs``).  Raises ValueError for
+    another mode, as torch.compile does.
     """
     from ..aot import aot_module_simplified
     from .decompositions import decompositions
 
+    if mode not in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+        raise ValueError(f"Unknown mode {mode!r}; expected default, reduce-overhead, max-autotune or "
+                         "max-autotune-no-cudagraphs")
+    cudagraphs = mode in ("reduce-overhead", "max-autotune") if not options or "triton.cudagraphs" not in options \
+        else bool(options["triton.cudagraphs"])
     try:
-        return aot_module_simplified(gm, example_inputs, fw_compiler=compile_fx_inner,
-                                     bw_compiler=compile_fx_inner, decompositions=decompositions(),
-                                     inference_compiler=_frozen_compiler(gm, example_inputs))
+        frozen = _frozen_compiler(gm, example_inputs)
+        compilers = {"fw_compiler": compile_fx_inner, "bw_compiler": compile_fx_inner, "inference_compiler": frozen}
+        if cudagraphs:
+            from .cudagraphs import CUDAGraphCompiler
+
+            compilers = {"fw_compiler": CUDAGraphCompiler(compile_fx_inner, copy_outputs=True),
+                         "bw_compiler": CUDAGraphCompiler(compile_fx_inner, copy_outputs=True),
+                         "inference_compiler": CUDAGraphCompiler(frozen or compile_fx_inner, copy_outputs=False)}
+        return aot_module_simplified(gm, example_inputs, decompositions=decompositions(), **compilers)
     except Exception as e:
         if config.debug or strict():
             raise

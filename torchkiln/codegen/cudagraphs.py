@@ -1,0 +1,209 @@
+"""CUDA graphs for ``mode="reduce-overhead"``: record a compiled graph once, replay it.
+
+:class:`CUDAGraphRunner` wraps one compiled graph (forward, backward or inference).
+Per input signature (tensor shapes, int values) it runs the graph normally on the first
+call (a warm-up: kernels compile and bind, libraries initialize), records it into a
+``torch.cuda.CUDAGraph`` on the second call and replays that recording from then on:
+
+* **Static inputs**: parameters, and tensors whose address was the same on the warm-up
+  and the recording call, are read in place (a replay checks their address; a moved one
+  re-records).  Every other tensor input is copied into a placeholder the graph reads.
+* **One memory pool per compiled graph** (``torch.cuda.graph_pool_handle``) shared by its
+  recordings; a new input signature records again (up to :data:`MAX_RECORDINGS`).
+* **Outputs**: an inference graph returns its static output tensors, overwritten by
+  the next replay, as torch.compile's (clone what you keep).  A training graph
+  (forward or backward: autograd keeps its outputs across steps) returns copies.
+* **Fallback**: a graph that cannot be recorded runs as compiled, with the reason
+  logged once (``TORCHKILN_LOGS=perf_hints``) and counted in
+  ``counters["inductor"]["cudagraph_skips"]``: tensors off the GPU, ops that
+  synchronize with the host, mutated inputs that are not static, too many input
+  signatures, or an error while recording.
+
+Mirrors ``torch._inductor.cudagraph_trees`` without its trees: each compiled graph owns
+its recordings, so no liveness of earlier outputs is tracked (see
+:func:`cudagraph_mark_step_begin`).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..utils.counters import counters
+from ..utils.logging import get_artifact_logger
+
+perf_hints = get_artifact_logger("perf_hints")
+
+MAX_RECORDINGS = 8
+# ops that synchronize with the host or return data-dependent shapes (not recordable)
+_SYNC_OPS = {"aten._local_scalar_dense", "aten.nonzero", "aten.item", "aten.masked_select", "aten.unique",
+             "aten._unique2", "aten.equal", "aten.is_nonzero", "aten._assert_async", "aten.repeat_interleave"}
+
+_generation = [0]
+DEVICE = "cuda"  # the device whose tensors are recorded (tests simulate recording on "cpu")
+
+
+def _new_graph():
+    return torch.cuda.CUDAGraph()
+
+
+def _capture(graph, pool, fn):
+    """Record ``fn()`` into ``graph`` (allocations from ``pool``); returns its result."""
+    with torch.cuda.graph(graph, pool=pool):
+        return fn()
+
+
+def _new_pool():
+    return torch.cuda.graph_pool_handle()
+
+
+def cudagraph_mark_step_begin() -> None:
+    """Mark the start of a new step (``torch.compiler.cudagraph_mark_step_begin``).
+
+    torchkiln's recordings never hold a training graph's outputs across steps (they are
+    copies), and an inference graph's outputs are overwritten by its next replay in any
+    case, so this only counts steps; it exists so code written for torch.compile runs."""
+    _generation[0] += 1
+
+
+def graph_skip_reason(gm: torch.fx.GraphModule, example_inputs) -> str | None:
+    """Why ``gm`` cannot be recorded whatever its inputs, or None."""
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor) and x.device.type != DEVICE:
+            return f"an input on {x.device.type}"
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            name = str(getattr(n.target, "_overloadpacket", n.target))
+            if name in _SYNC_OPS:
+                return f"{name} synchronizes with the host"
+        val = n.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.device.type != DEVICE:
+            return f"a {val.device.type} tensor in the graph ({n.name})"
+    return None
+
+
+def _mutated_inputs(gm: torch.fx.GraphModule) -> set:
+    """Indices of placeholders the graph writes (``copy_`` or an in-place op into one)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index = {n: i for i, n in enumerate(placeholders)}
+    out = set()
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or not n.args:
+            continue
+        schema = getattr(n.target, "_schema", None)
+        mutates = schema is not None and schema.arguments and schema.arguments[0].alias_info is not None \
+            and schema.arguments[0].alias_info.is_write
+        if mutates and n.args[0] in index:
+            out.add(index[n.args[0]])
+    return out
+
+
+class _Recording:
+    __slots__ = ("graph", "static", "ptrs", "copies", "outputs")
+
+    def __init__(self, graph, static, ptrs, copies, outputs) -> None:
+        self.graph, self.static, self.ptrs, self.copies, self.outputs = graph, static, ptrs, copies, outputs
+
+
+class CUDAGraphRunner:
+    """``runner(*args) -> tuple``: ``compiled`` recorded and replayed (module docstring).
+
+    ``compiled`` takes the graph's inputs positionally and returns a tuple; ``gm`` and
+    ``example_inputs`` are the graph it was compiled from (for the static checks);
+    ``copy_outputs``: return copies (training graphs) rather than the static outputs.
+    """
+
+    def __init__(self, compiled, gm, example_inputs, copy_outputs: bool) -> None:
+        self.compiled = compiled
+        self.cache_key = getattr(compiled, "cache_key", None)
+        self.copy_outputs = copy_outputs
+        self.mutated = _mutated_inputs(gm)
+        self.skip_reason = None
+        self.pool = None
+        self.warm: dict = {}  # input signature -> input addresses of its warm-up call
+        self.recordings: dict = {}
+        self.records = 0
+        reason = graph_skip_reason(gm, example_inputs)
+        if reason is not None:
+            self._skip(reason)
+
+    def _skip(self, reason: str) -> None:
+        self.skip_reason = reason
+        self.recordings.clear()
+        counters["inductor"]["cudagraph_skips"] += 1
+        perf_hints.info("skipping cudagraphs: %s", reason)
+
+    def __call__(self, *args):
+        if self.skip_reason is not None:
+            return self.compiled(*args)
+        sig = tuple(a.shape if isinstance(a, torch.Tensor) else a for a in args)
+        rec = self.recordings.get(sig)
+        if rec is not None:
+            for i, ptr in zip(rec.static, rec.ptrs):
+                if args[i].data_ptr() != ptr:  # a static input moved: record again without it
+                    return self._record(sig, args, [j for j in rec.static if j != i])
+            for i, dst in rec.copies:
+                dst.copy_(args[i])
+            rec.graph.replay()
+            return self._outputs(rec)
+        before = self.warm.get(sig)
+        if before is None:
+            if any(isinstance(a, torch.Tensor) and a.device.type != DEVICE for a in args):
+                self._skip("an input off the GPU")
+            else:  # warm-up: compiles and binds kernels, initializes libraries
+                self.warm[sig] = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
+            return self.compiled(*args)
+        static = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+                  and (isinstance(a, torch.nn.Parameter) or a.data_ptr() == before[i])]
+        return self._record(sig, args, static)
+
+    def _outputs(self, rec: _Recording):
+        if self.copy_outputs:
+            return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in rec.outputs)
+        return rec.outputs
+
+    def _record(self, sig, args, static: list):
+        self.recordings.pop(sig, None)
+        self.records += 1
+        if self.records > 2 * MAX_RECORDINGS or len(self.recordings) >= MAX_RECORDINGS:
+            self._skip(f"more than {MAX_RECORDINGS} input signatures or recordings")
+            return self.compiled(*args)
+        copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static]
+        if self.mutated.intersection(copied):
+            self._skip("the graph mutates an input that is not static")
+            return self.compiled(*args)
+        if self.pool is None:
+            self.pool = _new_pool()
+        inputs = list(args)
+        copies = []
+        for i in copied:
+            a = args[i]
+            dst = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
+            dst.copy_(a)
+            inputs[i] = dst
+            copies.append((i, dst))
+        graph = _new_graph()
+        try:
+            outputs = _capture(graph, self.pool, lambda: self.compiled(*inputs))
+        except Exception as e:  # an op that cannot be captured: run as compiled from now on
+            if DEVICE == "cuda":
+                torch.cuda.synchronize()
+            self._skip(f"recording failed: {type(e).__name__}: {str(e)[:200]}")
+            return self.compiled(*args)
+        rec = _Recording(graph, static, [args[i].data_ptr() for i in static], copies, tuple(outputs))
+        self.recordings[sig] = rec
+        graph.replay()
+        return self._outputs(rec)
+
+
+class CUDAGraphCompiler:
+    """A graph compiler for AOT autograd (``fw_compiler`` etc.) that wraps what ``inner``
+    compiles in a :class:`CUDAGraphRunner`.  It has no ``graph_cache``, so AOT
+    autograd's cache is bypassed (a loaded graph would lack the FX graph the runner
+    checks); ``inner``'s FX graph cache still serves the compiles."""
+
+    def __init__(self, inner, copy_outputs: bool) -> None:
+        self.inner = inner
+        self.copy_outputs = copy_outputs
+
+    def __call__(self, gm, example_inputs, **kwargs):
+        compiled = self.inner(gm, example_inputs, **kwargs)
+        return CUDAGraphRunner(compiled, gm, example_inputs, self.copy_outputs)
