@@ -44,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--peer", action="store_true", help="also measure torch.compile (inductor) side by side")
     bench.add_argument("--compiled-autograd", action="store_true",
                        help="torchkiln's training backwards through compiled autograd (the peer's stay eager)")
+    bench.add_argument("--compile-mode", choices=("default", "reduce-overhead", "max-autotune"), default=None,
+                       help="the mode of torchkiln.compile and of the peer's torch.compile (default: none)")
     bench.add_argument("--quick", action="store_true", help="a small subset (mlp, cnn, lstm, nanogpt) and fewer repeats")
     bench.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     bench.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for every variant (default 1)")
@@ -113,7 +115,8 @@ def _bench(args, console) -> int:
     if args.report:  # the workers inherit it (bench.suite gives each model its own subdirectory)
         os.environ["TORCHKILN_TRACE"] = os.path.abspath(args.report)
     opts = Options(backend=args.backend, device=args.device, repeat=repeat, warmup=args.warmup, peer=args.peer,
-                   threads=args.threads, compiled_autograd=args.compiled_autograd, profile=args.profile)
+                   threads=args.threads, compiled_autograd=args.compiled_autograd, profile=args.profile,
+                   compile_mode=args.compile_mode)
     start = time.perf_counter()
     err = Console(stderr=True)
     rows: list[dict] = []

@@ -50,13 +50,14 @@ class Options:
     tol: float = 1e-4
     compiled_autograd: bool = False  # the torchkiln variant's training backward through compiled autograd
     profile: bool = False  # after timing, a per-variant breakdown of a step (bench/profile.py)
+    compile_mode: str | None = None  # torchkiln's and the peer's ``mode`` (e.g. "reduce-overhead")
 
 
-def torchkiln_compiler(backend: str) -> Callable[[torch.nn.Module], Callable]:
+def torchkiln_compiler(backend: str, mode: str | None = None) -> Callable[[torch.nn.Module], Callable]:
     def compile_model(model):
         import torchkiln
 
-        return torchkiln.compile(model, backend=backend)
+        return torchkiln.compile(model, backend=backend, **({"mode": mode} if mode else {}))
 
     return compile_model
 
@@ -75,9 +76,9 @@ def backward_context(peer: bool, opts: Options) -> Callable:
                              torchkiln.compiled_autograd.compiler_fn_for_backend(opts.backend))
 
 
-def peer_compiler(model: torch.nn.Module) -> Callable:
-    """``torch.compile`` with its default backend (inductor): the peer."""
-    return torch.compile(model, backend="inductor")
+def peer_compiler(mode: str | None = None) -> Callable[[torch.nn.Module], Callable]:
+    """``torch.compile`` with its default backend (inductor) and ``mode``: the peer."""
+    return lambda model: torch.compile(model, backend="inductor", **({"mode": mode} if mode else {}))
 
 
 def preload(backend: str, peer: bool) -> None:
@@ -290,13 +291,13 @@ def measure_model(name: str, mode: str, opts: Options, phase: str = "cold",
     """
     row: dict[str, Any] = {"model": name, "mode": mode, "backend": opts.backend, "device": opts.device,
                            "threads": opts.threads, "status": "error"}
-    variants = [("", compile_fn or torchkiln_compiler(opts.backend), torchkiln_graphs)]
+    variants = [("", compile_fn or torchkiln_compiler(opts.backend, opts.compile_mode), torchkiln_graphs)]
     if opts.profile:  # generated kernels marked for the profiler (written into the wrapper)
         from torchkiln.codegen import config as codegen_config
 
         codegen_config.kernel_profile = True
     if opts.peer:
-        variants.append(("peer_", peer_compiler, peer_graphs))
+        variants.append(("peer_", peer_compiler(opts.compile_mode), peer_graphs))
     if only is not None:
         return _measure_warm_start(row, name, mode, opts, [v for v in variants if v[0] == only], spawn_time)
     with measure.threads(opts.threads):
