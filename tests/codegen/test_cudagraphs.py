@@ -111,6 +111,23 @@ def test_fallback_reasons(simulated):
     assert "synchronizes" in cudagraphs.graph_skip_reason(_gm(sync, x), [x])
 
 
+def test_training_graphs_not_recorded_by_default():
+    from torchkiln.codegen import config
+
+    def inner(gm, example_inputs):
+        return gm
+
+    def f(x):
+        return (x + 1,)
+
+    x = torch.randn(2)
+    gm = _gm(f, x)
+    assert cudagraphs.CUDAGraphCompiler(inner, copy_outputs=True)(gm, [x]) is gm
+    with config.patch(cudagraphs_training=True):
+        assert isinstance(cudagraphs.CUDAGraphCompiler(inner, copy_outputs=True)(gm, [x]), cudagraphs.CUDAGraphRunner)
+    assert isinstance(cudagraphs.CUDAGraphCompiler(inner, copy_outputs=False)(gm, [x]), cudagraphs.CUDAGraphRunner)
+
+
 def test_cpu_inputs_skip_recording():
     def f(x):
         return (x + 1,)
@@ -157,7 +174,15 @@ def test_reduce_overhead_on_gpu():
 
 
 @cuda
-def test_reduce_overhead_training_on_gpu():
+@pytest.mark.parametrize("record", [False, True])
+def test_reduce_overhead_training_on_gpu(record):
+    from torchkiln.codegen import config
+
+    with config.patch(cudagraphs_training=record):
+        _train_and_compare()
+
+
+def _train_and_compare():
     torchkiln.reset()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).cuda()
@@ -181,9 +206,9 @@ def test_cpu_tensor_in_graph_falls_back_on_gpu():
     torchkiln.reset()
 
     def f(x, c):
-        return x * c.sum()
+        return x * c
 
     cf = torchkiln.compile(f, mode="reduce-overhead")
-    x, c = torch.randn(4, device="cuda"), torch.randn(3)
+    x, c = torch.randn(4, device="cuda"), torch.tensor(3.0)  # a 0-dim CPU operand
     for _ in range(3):
         torch.testing.assert_close(cf(x, c), f(x, c))

@@ -43,4 +43,9 @@ config = Config(
     # norm folded into convolutions, conv weights prepacked (codegen/freezing.py); changes
     # to them after compiling are not seen.  Off by default, as torch._inductor.config.freezing.
     freezing=False,
+    # mode="reduce-overhead" also records training graphs (forward and backward).  Off:
+    # their outputs are kept by autograd across steps, so a recording returns copies,
+    # which cost more than the launches saved (H100, nanogpt training: 37.7 ms recorded
+    # vs 35.8 ms not); they run without CUDA graphs (a perf_hints reason).
+    cudagraphs_training=False,
 )

@@ -12,7 +12,9 @@ call (a warm-up: kernels compile and bind, libraries initialize), records it int
   recordings; a new input signature records again (up to :data:`MAX_RECORDINGS`).
 * **Outputs**: an inference graph returns its static output tensors, overwritten by
   the next replay, as torch.compile's (clone what you keep).  A training graph
-  (forward or backward: autograd keeps its outputs across steps) returns copies.
+  (forward or backward: autograd keeps its outputs across steps) returns copies; it is
+  recorded only with ``codegen.config.cudagraphs_training`` (the copies cost more than
+  the launches saved on the suite's models).
 * **Fallback**: a graph that cannot be recorded runs as compiled, with the reason
   logged once (``TORCHKILN_LOGS=perf_hints``) and counted in
   ``counters["inductor"]["cudagraph_skips"]``: tensors off the GPU, ops that
@@ -205,5 +207,11 @@ class CUDAGraphCompiler:
         self.copy_outputs = copy_outputs
 
     def __call__(self, gm, example_inputs, **kwargs):
+        from . import config
+
         compiled = self.inner(gm, example_inputs, **kwargs)
+        if self.copy_outputs and not config.cudagraphs_training:
+            counters["inductor"]["cudagraph_skips"] += 1
+            perf_hints.info("skipping cudagraphs: a training graph (codegen.config.cudagraphs_training is off)")
+            return compiled
         return CUDAGraphRunner(compiled, gm, example_inputs, self.copy_outputs)
