@@ -3,7 +3,8 @@
 Reads length-prefixed pickled jobs ``(module path, GPUTarget, [(jit function name,
 warmup args, options)...])`` on stdin; for each, compiles the specialization for the
 parent's GPU target and builds its C launcher (both cached on disk by Triton), and
-answers ``[error text or None per kernel]``.  It never creates a CUDA context: Triton's
+answers ``[error text or None per kernel]``.  Compiled binaries go to torchkiln's store
+(``cache/triton_store.py``), where the parent's compile finds them.  It never creates a CUDA context: Triton's
 driver is told the target, device 0 and stream 0.  Exits at the end of stdin.
 """
 from __future__ import annotations
@@ -38,15 +39,18 @@ def _use_target(target) -> None:
 
 
 def compile_job(path: str, target, kernels: list) -> list:
+    from triton.runtime.driver import driver
+
+    from torchkiln.cache import triton_store
+
     _use_target(target)
     module = _module(path)
     errors = []
     for name, args, options in kernels:
         try:
-            kernel = getattr(module, name).warmup(*args, grid=(1,), **options)
-            from triton.runtime.driver import driver
-
-            driver.active.launcher_cls(kernel.src, kernel.metadata)  # the C launcher, cached on disk
+            with triton_store.scoped():  # the binaries go where the parent looks: torchkiln's store
+                kernel = getattr(module, name).warmup(*args, grid=(1,), **options)
+            driver.active.launcher_cls(kernel.src, kernel.metadata)  # the C launcher: Triton's cache + the store
             errors.append(None)
         except Exception as e:  # the parent compiles it again and reports the error
             errors.append(f"{type(e).__name__}: {e}")
