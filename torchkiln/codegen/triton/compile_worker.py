@@ -3,8 +3,9 @@
 Reads length-prefixed pickled jobs ``(module path, GPUTarget, [(jit function name,
 warmup args, options)...])`` on stdin; for each, compiles the specialization for the
 parent's GPU target and builds its C launcher (both cached on disk by Triton), and
-answers ``[error text or None per kernel]``.  Compiled binaries go to torchkiln's store
-(``cache/triton_store.py``), where the parent's compile finds them.  It never creates a CUDA context: Triton's
+answers ``[error text or None per kernel]``.  The module's kernels are bound to the
+Triton store as the parent's are (``cache/triton_store.bind_module``), so compiled
+binaries land where the parent's compile looks for them.  It never creates a CUDA context: Triton's
 driver is told the target, device 0 and stream 0.  Exits at the end of stdin.
 """
 from __future__ import annotations
@@ -25,6 +26,11 @@ def _module(path: str):
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
+        # compile exactly as the parent's load_module binds them (cache/triton_store.py), so
+        # the binaries land where the parent's compile looks
+        from torchkiln.cache import triton_store
+
+        triton_store.bind_module(module)
         _modules[path] = module
     return _modules[path]
 
@@ -41,16 +47,13 @@ def _use_target(target) -> None:
 def compile_job(path: str, target, kernels: list) -> list:
     from triton.runtime.driver import driver
 
-    from torchkiln.cache import triton_store
-
     _use_target(target)
     module = _module(path)
     errors = []
     for name, args, options in kernels:
         try:
-            with triton_store.scoped():  # the binaries go where the parent looks: torchkiln's store
-                kernel = getattr(module, name).warmup(*args, grid=(1,), **options)
-            driver.active.launcher_cls(kernel.src, kernel.metadata)  # the C launcher: Triton's cache + the store
+            kernel = getattr(module, name).warmup(*args, grid=(1,), **options)
+            driver.active.launcher_cls(kernel.src, kernel.metadata)  # the C launcher, cached too
             errors.append(None)
         except Exception as e:  # the parent compiles it again and reports the error
             errors.append(f"{type(e).__name__}: {e}")
