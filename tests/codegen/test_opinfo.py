@@ -69,6 +69,11 @@ RANDOM_OPS = {
     "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout", "nn.functional.rrelu",
     "cauchy", "exponential", "geometric", "log_normal", "torch.empty", "randn", "rand",
 }
+# Ops with data-dependent output shapes or values: compiled with the settings torch.compile
+# needs for them too (config.capture_scalar_outputs / capture_dynamic_output_shape_ops);
+# without them both break the graph (issue 14).
+DATA_DEPENDENT_OPS = {"argwhere", "bincount", "combinations", "item", "masked_select", "nonzero", "unique",
+                      "unique_consecutive", "tensor_split"}
 _SHORT = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
           torch.int64: "int64", torch.bool: "bool"}
 def op_key(op) -> str:
@@ -303,7 +308,7 @@ def _strict_capture(monkeypatch):
 
 
 @pytest.mark.parametrize("op,dtype,mode", _params())
-def test_opinfo(op, dtype, mode):
+def test_opinfo(op, dtype, mode, monkeypatch):
     key = (op_key(op), _SHORT[dtype], mode)
     expected = EXPECTED_FAILURES.get(key) or EXPECTED_FAILURES.get((op_key(op), "*", mode))
     _log(key, "start", "")
@@ -312,6 +317,9 @@ def test_opinfo(op, dtype, mode):
         _log(key, "skip", "no sample inputs")
         pytest.skip("no sample inputs")
     counters.clear()
+    if op.name.removeprefix("_refs.") in DATA_DEPENDENT_OPS:
+        monkeypatch.setattr(torchkiln.config, "capture_scalar_outputs", True)
+        monkeypatch.setattr(torchkiln.config, "capture_dynamic_output_shape_ops", True)
     try:
         for sample in samples:
             check_sample(op, sample, mode)
