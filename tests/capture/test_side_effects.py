@@ -180,3 +180,32 @@ def test_set_grad_enabled_as_a_statement_persists_after_the_frame():
     opt(x)
     torch.set_grad_enabled(True)
     assert cnt.frame_count == 1  # the guard holds the grad mode at entry, not at exit
+
+
+def test_value_read_from_an_attribute_later_reassigned_keeps_the_old_object():
+    # ExitStack.pop_all: new._cbs = self._cbs; self._cbs = deque(). The rebuilt `new`
+    # read self._cbs after the replayed reassignment (an empty deque): callbacks were lost.
+    import collections
+
+    class Stack:
+        def __init__(self):
+            self.cbs = collections.deque()
+
+        def pop_all(self):
+            new = type(self)()
+            new.cbs = self.cbs
+            self.cbs = collections.deque()
+            return new
+
+    def f(x, stack):
+        new = stack.pop_all()
+        return x + len(new.cbs), new
+
+    stack = Stack()
+    stack.cbs.append(3)
+    expected, _ = f(torch.ones(1), stack)
+    stack = Stack()
+    stack.cbs.append(3)
+    torchkiln.reset()
+    got, new = torchkiln.compile(f, backend="eager")(torch.ones(1), stack)
+    assert torch.equal(got, expected) and list(new.cbs) == [3] and not stack.cbs

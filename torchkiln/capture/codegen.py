@@ -23,13 +23,14 @@ from .source import compile_getter, hoist_shared_prefixes
 class Runtime:
     """Per-call state of the transformed code."""
 
-    __slots__ = ("L", "outs", "memo", "entered")
+    __slots__ = ("L", "outs", "memo", "entered", "read")
 
-    def __init__(self, L, outs):
+    def __init__(self, L, outs, read):
         self.L = L
         self.outs = outs
         self.memo = {}
         self.entered = []
+        self.read = read  # the values of the sources recipes use, read before side effects
 
 
 class RuntimeCodegen:
@@ -41,6 +42,8 @@ class RuntimeCodegen:
         self.outputs = []
         self._out_index: dict = {}
         self._recipes: dict[int, object] = {}
+        self.source_getters: list = []  # read on entry, before side effects (see from_source)
+        self._source_index: dict[str, int] = {}
 
     def recipe(self, vt):
         from .variables.containers import BaseListVariable, DictVariable, ListIteratorVariable, SetVariable
@@ -77,8 +80,19 @@ class RuntimeCodegen:
         return lambda rt: rt.outs[idx]
 
     def from_source(self, source):
-        getter = compile_getter(source, self.output.guards.env)
-        return lambda rt: getter(rt.L)
+        """Recipe of the value at ``source`` as the frame found it: every source is read
+        when the transformed code starts, before side effects are replayed (a replayed
+        ``obj.attr = ...`` must not change what an earlier read of ``obj.attr`` gave)."""
+        idx = self._source_index.get(source)
+        if idx is None:
+            idx = self._source_index[source] = len(self.source_getters)
+            self.source_getters.append(compile_getter(source, self.output.guards.env))
+        return lambda rt: rt.read[idx]
+
+    def read_sources(self):
+        """``fn(L) -> list``: the values of every source a recipe uses (see from_source)."""
+        getters = self.source_getters
+        return lambda L: [g(L) for g in getters]
 
     def is_mutated(self, vt) -> bool:
         return self.output.side_effects.is_mutated(vt)
@@ -120,17 +134,17 @@ class RuntimeCodegen:
         return namespace["___inputs"]
 
 
-def returning_code(compiled, inputs, side_effects, result):
+def returning_code(compiled, inputs, read, side_effects, result):
     """Transformed code of a frame captured to its end."""
     def run(L):
-        rt = Runtime(L, compiled(*inputs(L)))
+        rt = Runtime(L, compiled(*inputs(L)), read(L))
         if side_effects is not None:
             side_effects(rt)
         return result(rt)
     return run
 
 
-def breaking_code(compiled, inputs, side_effects, stack, local_values, step, handler=None):
+def breaking_code(compiled, inputs, read, side_effects, stack, local_values, step, handler=None):
     """Transformed code of a frame that graph-breaks: graph, then ``step`` in Python,
     then the resume function ``step`` chooses.
 
@@ -141,7 +155,7 @@ def breaking_code(compiled, inputs, side_effects, stack, local_values, step, han
     the exception propagates.
     """
     def run(L):
-        rt = Runtime(L, compiled(*inputs(L)))
+        rt = Runtime(L, compiled(*inputs(L)), read(L))
         if side_effects is not None:
             side_effects(rt)
         values = [r(rt) for r in stack]

@@ -1129,7 +1129,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             fn = self.fn
             return self._entry(lambda L: call_with_locals(fn, L), None, [])
         compiled, gm = self.output.compile(self.backend, cg.outputs, self.fullgraph)
-        return self._entry(returning_code(compiled, cg.inputs_getter(), side, result), gm, [])
+        return self._entry(returning_code(compiled, cg.inputs_getter(), cg.read_sources(), side, result), gm, [])
 
     def finish_break(self, ip):
 
@@ -1210,7 +1210,7 @@ class InstructionTranslator(InstructionTranslatorBase):
                 return values, fall
         side = self._epilogue(self.output.side_effects.replay_recipe(cg))
         compiled, gm = self.output.compile(self.backend, cg.outputs, self.fullgraph)
-        run = breaking_code(compiled, cg.inputs_getter(), side, stack_recipes, local_recipes, step, handler)
+        run = breaking_code(compiled, cg.inputs_getter(), cg.read_sources(), side, stack_recipes, local_recipes, step, handler)
         return self._entry(run, gm, [reason])
 
     def _instruction_start(self, ip):
@@ -1267,7 +1267,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             return values, resume  # runs natively: not through compile_wrapper
         side = self._epilogue(self.output.side_effects.replay_recipe(cg))
         compiled, gm = self.output.compile(self.backend, cg.outputs, self.fullgraph)
-        run = breaking_code(compiled, cg.inputs_getter(), side, stack_recipes, local_recipes, step)
+        run = breaking_code(compiled, cg.inputs_getter(), cg.read_sources(), side, stack_recipes, local_recipes, step)
         return self._entry(run, gm, [reason])
 
     def _calls_frame_builtin(self, argc):
