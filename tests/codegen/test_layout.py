@@ -3,6 +3,8 @@ write NHWC, kernels between conv blocks keep it, graph outputs keep eager's stri
 Eager PyTorch is the oracle for values and for every output's strides."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn as nn
@@ -115,3 +117,35 @@ def test_layout_in_wrapper():
             compiled = compile_fx_inner(gm, vals)
         assert ("(800, 1, 80, 8, )" in compiled.source) == enabled
         torch.testing.assert_close(compiled(x)[0], fn(x)[0], atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("args,fmt", [
+    (dict(kernel_size=3, stride=2, padding=1), "nhwc"), (dict(kernel_size=2), "chw"),
+    (dict(kernel_size=3, stride=2, ceil_mode=True), "nchw"),
+    (dict(kernel_size=(3, 2), stride=(1, 2), padding=(1, 0), dilation=(2, 1)), "nchw"),
+])
+def test_max_pool_values_kernel(args, fmt):
+    """Max pooling whose indices nothing reads is a generated kernel (NaN propagates,
+    padding never wins); with the indices used it stays ATen's."""
+    x = torch.randn(2, 4, 9, 11)
+    x[0, 1, 2, 3] = float("nan")
+    x[1, 2] = float("-inf")
+    if fmt == "nhwc":
+        x = x.contiguous(memory_format=torch.channels_last)
+    elif fmt == "chw":
+        x = x[0]
+
+    def fn(x):
+        return F.max_pool2d(x * 2, **args)
+
+    torchkiln.reset()
+    with config.patch(debug=True), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to eager
+        got = torchkiln.compile(fn)(x)
+        ref = fn(x)
+        torch.testing.assert_close(got, ref, equal_nan=True)
+        assert got.stride() == ref.stride()
+        got_i = torchkiln.compile(lambda x: F.max_pool2d(x * 2, return_indices=True, **args))(x)
+        ref_i = F.max_pool2d(x * 2, return_indices=True, **args)
+        torch.testing.assert_close(got_i[0], ref_i[0], equal_nan=True)
+        torch.testing.assert_close(got_i[1], ref_i[1])

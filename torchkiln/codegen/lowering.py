@@ -12,6 +12,7 @@ the right choice on purpose (mm, convolution, sort...) are registered with
 from __future__ import annotations
 
 import functools
+import operator
 import math
 from typing import Callable
 
@@ -855,6 +856,52 @@ def constant_pad_nd(x, pad, value=0):
         return body if mask is None else Masked(mask, body, fill, odt)
 
     return TensorBox(Pointwise(size, odt, device(), inner))
+
+
+@register(aten.max_pool2d_with_indices.default)
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """Values only, as a generated kernel, when nothing reads the indices (inference):
+    the max over each window, positions outside the input skipped, NaN propagating
+    (ATen's ``val > max || isnan(val)``); fused with the batch norm/ReLU before it.
+    Otherwise (indices used, integer dtypes, windows over 16 elements) ATen's kernel."""
+    node = current_graph().current_node
+    indices_used = any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users)
+    def pair(v):
+        v = [v] if isinstance(v, int) else list(v)
+        return v * 2 if len(v) == 1 else v
+
+    ks, pd, dl = pair(kernel_size), pair(padding), pair(dilation)
+    st = pair(stride) if (isinstance(stride, int) or len(stride)) else ks
+    if (indices_used or not x.dtype.is_floating_point or len(x.get_size()) not in (3, 4)
+            or not all(isinstance(v, int) for v in ks + st + pd + dl) or ks[0] * ks[1] > 16):
+        return make_extern(aten.max_pool2d_with_indices.default, [x, kernel_size, stride, padding, dilation, ceil_mode],
+                           {}, fallback=False)
+    values = out_val()[0]
+    size = [to_sympy(s) for s in values.shape]
+    dt = x.dtype
+    cdt = compute_dtype(dt)
+    xs = x.get_size()
+    load = x.make_loader()
+    lowest = Constant(float("-inf"), cdt)
+
+    def inner(idx):
+        acc = None
+        for i in range(ks[0]):
+            for j in range(ks[1]):
+                h = idx[-2] * st[0] - pd[0] + i * dl[0]
+                w = idx[-1] * st[1] - pd[1] + j * dl[1]
+                conds = []
+                for pos, extent in ((h, xs[-2]), (w, xs[-1])):
+                    conds.append(Op("ge", (IndexValue(pos, torch.int64), Constant(0, torch.int64)), torch.bool))
+                    conds.append(Op("lt", (IndexValue(pos, torch.int64), IndexValue(extent, torch.int64)), torch.bool))
+                mask = conds[0]
+                for c in conds[1:]:
+                    mask = Op("logical_and", (mask, c), torch.bool)
+                v = Masked(mask, cast(load(list(idx[:-2]) + [h, w]), cdt), lowest, cdt)
+                acc = v if acc is None else Op("maximum", (acc, v), cdt)
+        return cast(acc, dt)
+
+    return TensorBox(Pointwise(size, dt, device(), inner)), None
 
 
 def _user_op() -> str:
