@@ -40,10 +40,10 @@ def _walk(event, out: dict, in_optimizer: bool) -> None:
     if name in ALLOC:
         out["alloc"] += event.cpu_time_total
         return
-    if name.startswith("aten::") and not in_optimizer:
+    if _is_op(name) and not in_optimizer:
         alloc = _alloc_time(event)
         out["alloc"] += alloc
-        out[f"extern {name[6:]}"] += event.cpu_time_total - alloc
+        out[f"extern {name[6:] if name.startswith('aten::') else name}"] += event.cpu_time_total - alloc
         return
     if in_optimizer and not event.cpu_children:
         out["optimizer"] += event.cpu_time_total
@@ -53,6 +53,12 @@ def _walk(event, out: dict, in_optimizer: bool) -> None:
         out["optimizer"] += event.cpu_time_total - sum(c.cpu_time_total for c in children)
     for child in children:
         _walk(child, out, in_optimizer)
+
+
+def _is_op(name: str) -> bool:
+    """An operator's event (``aten::addmm``, ``mkldnn::_linear_pointwise``), not the
+    autograd engine's or a ``record_function`` of the model's."""
+    return "::" in name and not name.startswith(("autograd::", "torch::autograd"))
 
 
 def _alloc_time(event) -> float:
