@@ -1141,8 +1141,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         if observes_runtime_state(self.code):
             unsupported("graph break in a frame that observes object lifetimes or frames (weakref, gc, tracebacks)")
         name = inst.name
-        if name not in _BREAKABLE or any(
-                getattr(v, "user_context_exit", False) for v in self.stack) or (  # a user __exit__ must see exceptions
+        if name not in _BREAKABLE or (region is None and any(  # a user __exit__ must see exceptions: the handler
+                getattr(v, "user_context_exit", False) for v in self.stack)) or (  # resume (below) shows them
                 name == "CALL" and self._calls_frame_builtin(inst.arg)):
             return self.finish_native_tail(ip, reason)
         if name == "CALL":
