@@ -192,3 +192,20 @@ def test_fullgraph_raises_on_a_failed_kernel_build(cache, monkeypatch, stage):
         torch.testing.assert_close(torchkiln.compile(fn)(x), fn(x))
     assert [str(w.message) for w in caught if "fell back" in str(w.message)], [str(w.message) for w in caught]
     torchkiln.reset()
+
+
+def test_kernel_on_another_device_is_declined():
+    # A CUDA graph whose kernel would touch a CPU buffer (torch.ones(n) beside CUDA
+    # inputs) is declined before any kernel is built: the graph runs as ATen ops, and
+    # fullgraph=True does not raise for it (it is a "no", not a failed build).
+    from types import SimpleNamespace
+
+    from torchkiln.codegen.compile_fx import UnsupportedGraph, _check_kernel_devices
+
+    graph = SimpleNamespace(buffers={"buf0": SimpleNamespace(device=torch.device("cpu")),
+                                     "arg0": SimpleNamespace(device=torch.device("cuda", 0))})
+    kernel = SimpleNamespace(name="kernel0", buffers=[SimpleNamespace(name="arg0"), SimpleNamespace(name="buf0")])
+    with pytest.raises(UnsupportedGraph, match="buf0 on cpu"):
+        _check_kernel_devices(graph, [kernel], torch.device("cuda", 0))
+    _check_kernel_devices(graph, [SimpleNamespace(name="kernel1", buffers=[SimpleNamespace(name="arg0")])],
+                          torch.device("cuda", 0))

@@ -119,8 +119,26 @@ def _device_of(graph: GraphLowering) -> torch.device:
         cpu_scalars = {d for d in devices if d.type == "cpu"}
         devices = devices - cpu_scalars or devices
         if len(devices) > 1:
-            raise NotImplementedError(f"graph spans several devices: {devices}")
+            raise UnsupportedGraph(f"graph spans several devices: {devices}")
     return next(iter(devices))
+
+
+class UnsupportedGraph(NotImplementedError):
+    """Codegen declines a graph it has no kernels for: the graph runs as its ATen ops
+    (one warning).  A 'no', not a failed build, so ``fullgraph=True`` does not raise."""
+
+
+def _check_kernel_devices(graph, kernels, device) -> None:
+    """Every buffer a generated kernel reads or writes lives on the graph's device (a
+    Triton kernel handed a CPU buffer, e.g. ``torch.ones(n)`` made beside CUDA inputs,
+    fails at launch; a C++ kernel handed a CUDA pointer would read device memory)."""
+    for k in kernels:
+        for arg in k.buffers:
+            buf = graph.buffers.get(arg.name)
+            dev = getattr(buf, "device", None)
+            if dev is not None and torch.device(dev).type != device.type:
+                raise UnsupportedGraph(f"kernel {k.name} touches {arg.name} on {dev} in a {device} graph "
+                                       "(kernels for several devices in one graph are not generated)")
 
 
 def _needed_outside_kernels(graph, entries) -> set:
@@ -170,7 +188,7 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     except Exception as e:  # any failure: a correct (eager) result, never a wrong one
         if key is not None:
             counters["inductor"]["fxgraph_cache_miss"] += 1
-        if config.debug or strict():
+        if (config.debug or strict()) and not isinstance(e, UnsupportedGraph):
             raise
         return _fall_back(gm, e)
     metrics.graphs_compiled += 1
@@ -270,6 +288,7 @@ def _compile(gm, example_inputs, key: str | None = None) -> CompiledGraph:
         needed = _needed_outside_kernels(graph, scheduler.entries)
         entries = finalize(scheduler.entries, needed, graph, device)
     kernels = [e for e in entries if not isinstance(e, Buffer)]
+    _check_kernel_devices(graph, kernels, device)
     generator = get_generator(device)
     with trace.stage("codegen.kernels"):
         pending = _start_compile(generator, kernels)
