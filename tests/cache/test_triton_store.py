@@ -120,14 +120,15 @@ def test_bind_scopes_a_jit_functions_compile(triton_env):
     assert getattr(triton_store._scope, "depth", 0) == 0
 
 
-def test_generated_modules_bind_their_kernels(triton_env):
-    import types
+def test_generated_modules_bind_their_kernels(triton_env, tmp_path):
+    import importlib.util
 
-    from triton import jit
-
-    src = "import triton\n@triton.jit\ndef k(x):\n    pass\n"
-    module = types.ModuleType("m")
-    exec(compile(src, "<m>", "exec"), module.__dict__)
+    # a real file, as generated modules are: Triton (3.6) reads a kernel's source from it
+    path = tmp_path / "torchkiln_test_kernels.py"
+    path.write_text("import triton\n@triton.jit\ndef k(x):\n    pass\n")
+    spec = importlib.util.spec_from_file_location("torchkiln_test_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     if type(module.k).__name__ != "JITFunction":
         pytest.skip("Triton's interpreter is active: nothing compiles")
     triton_store.bind_module(module)
