@@ -194,18 +194,23 @@ def test_fullgraph_raises_on_a_failed_kernel_build(cache, monkeypatch, stage):
     torchkiln.reset()
 
 
-def test_kernel_on_another_device_is_declined():
-    # A CUDA graph whose kernel would touch a CPU buffer (torch.ones(n) beside CUDA
-    # inputs) is declined before any kernel is built: the graph runs as ATen ops, and
-    # fullgraph=True does not raise for it (it is a "no", not a failed build).
+def test_kernels_on_two_devices_are_declined():
+    # A graph whose kernels would touch CPU and CUDA buffers is declined before any
+    # kernel is built: it runs as ATen ops, and fullgraph=True does not raise for it (a
+    # "no", not a failed build).  Kernels all on the CPU in a CUDA graph (torch.ones(u0)
+    # beside CUDA inputs read by extern ops only) make the graph's kernels C++ ones.
     from types import SimpleNamespace
 
-    from torchkiln.codegen.compile_fx import UnsupportedGraph, _check_kernel_devices
+    from torchkiln.codegen.compile_fx import UnsupportedGraph, _kernel_device
 
-    graph = SimpleNamespace(buffers={"buf0": SimpleNamespace(device=torch.device("cpu")),
-                                     "arg0": SimpleNamespace(device=torch.device("cuda", 0))})
-    kernel = SimpleNamespace(name="kernel0", buffers=[SimpleNamespace(name="arg0"), SimpleNamespace(name="buf0")])
-    with pytest.raises(UnsupportedGraph, match="buf0 on cpu"):
-        _check_kernel_devices(graph, [kernel], torch.device("cuda", 0))
-    _check_kernel_devices(graph, [SimpleNamespace(name="kernel1", buffers=[SimpleNamespace(name="arg0")])],
-                          torch.device("cuda", 0))
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    graph = SimpleNamespace(buffers={"buf0": SimpleNamespace(device=cpu), "arg0": SimpleNamespace(device=cuda)})
+
+    def kernel(name, *bufs):
+        return SimpleNamespace(name=name, buffers=[SimpleNamespace(name=b) for b in bufs])
+
+    with pytest.raises(UnsupportedGraph, match="kernels touch buffers on"):
+        _kernel_device(graph, [kernel("kernel0", "arg0"), kernel("kernel1", "buf0")], cuda)
+    assert _kernel_device(graph, [kernel("kernel0", "buf0")], cuda) == cpu
+    assert _kernel_device(graph, [kernel("kernel0", "arg0")], cuda) == cuda
+    assert _kernel_device(graph, [], cuda) == cuda

@@ -170,19 +170,21 @@ def scoped():
 
 
 def bind(jit_fn):
-    """Make a Triton ``JITFunction`` compile inside :func:`scoped` (its ``compile``
-    attribute, which Triton calls on a cache miss of its in-memory kernel cache);
-    returns ``jit_fn``."""
-    compile_ = jit_fn.compile
-    if getattr(compile_, "_torchkiln_scoped", False):
+    """Make a Triton ``JITFunction`` compile inside :func:`scoped`: its ``run`` (through
+    which every launch, ``warmup`` and ``kernel[grid](...)`` goes, and which compiles on a
+    miss of Triton's in-memory kernel cache) is wrapped on the instance.  Not ``compile``:
+    Triton 3.6 has no such attribute before the first run and assigns its own then.
+    Returns ``jit_fn``."""
+    run = jit_fn.run
+    if getattr(run, "_torchkiln_scoped", False):
         return jit_fn
 
-    def compile_in_store(*args, **kwargs):
+    def run_in_store(*args, **kwargs):
         with scoped():
-            return compile_(*args, **kwargs)
+            return run(*args, **kwargs)
 
-    compile_in_store._torchkiln_scoped = True
-    jit_fn.compile = compile_in_store
+    run_in_store._torchkiln_scoped = True
+    jit_fn.run = run_in_store
     return jit_fn
 
 
@@ -190,7 +192,7 @@ def bind_module(module) -> None:
     """:func:`bind` every compiled-kernel ``JITFunction`` of a generated module (the
     interpreter's functions compile nothing and are left alone)."""
     kernels = [v for v in vars(module).values()
-               if type(v).__name__ == "JITFunction" and callable(getattr(v, "compile", None))]
+               if type(v).__name__ == "JITFunction" and callable(getattr(v, "run", None))]
     if kernels:
         install()
     for kernel in kernels:

@@ -128,17 +128,24 @@ class UnsupportedGraph(NotImplementedError):
     (one warning).  A 'no', not a failed build, so ``fullgraph=True`` does not raise."""
 
 
-def _check_kernel_devices(graph, kernels, device) -> None:
-    """Every buffer a generated kernel reads or writes lives on the graph's device (a
-    Triton kernel handed a CPU buffer, e.g. ``torch.ones(n)`` made beside CUDA inputs,
-    fails at launch; a C++ kernel handed a CUDA pointer would read device memory)."""
+def _kernel_device(graph, kernels, device: torch.device) -> torch.device:
+    """The one device every generated kernel's buffers live on (``device`` when there are
+    no kernels).  A CUDA graph may build CPU buffers (``torch.ones(u0)`` beside CUDA
+    inputs read only by extern ops): its kernels are then C++ ones.  Kernels that would
+    touch buffers of two devices are declined (:class:`UnsupportedGraph`): a Triton kernel
+    handed a CPU buffer fails at launch, a C++ kernel handed a CUDA pointer reads device
+    memory."""
+    found = {}
     for k in kernels:
         for arg in k.buffers:
-            buf = graph.buffers.get(arg.name)
-            dev = getattr(buf, "device", None)
-            if dev is not None and torch.device(dev).type != device.type:
-                raise UnsupportedGraph(f"kernel {k.name} touches {arg.name} on {dev} in a {device} graph "
-                                       "(kernels for several devices in one graph are not generated)")
+            dev = getattr(graph.buffers.get(arg.name), "device", None)
+            if dev is not None:
+                found.setdefault(torch.device(dev).type, (torch.device(dev), k.name, arg.name))
+    if len(found) > 1:
+        (d0, k0, b0), (d1, k1, b1) = list(found.values())[:2]
+        raise UnsupportedGraph(f"kernels touch buffers on {d0} ({k0}: {b0}) and {d1} ({k1}: {b1}) "
+                               "(kernels for several devices in one graph are not generated)")
+    return next(iter(found.values()))[0] if found else device
 
 
 def _needed_outside_kernels(graph, entries) -> set:
@@ -286,9 +293,12 @@ def _compile(gm, example_inputs, key: str | None = None) -> CompiledGraph:
         scheduler = Scheduler(graph).run()
         device = _device_of(graph)
         needed = _needed_outside_kernels(graph, scheduler.entries)
-        entries = finalize(scheduler.entries, needed, graph, device)
+        entries = finalize(scheduler.entries, set(needed), graph, device)
+        kernel_device = _kernel_device(graph, [e for e in entries if not isinstance(e, Buffer)], device)
+        if kernel_device.type != device.type:
+            device = kernel_device
+            entries = finalize(scheduler.entries, set(needed), graph, device)
     kernels = [e for e in entries if not isinstance(e, Buffer)]
-    _check_kernel_devices(graph, kernels, device)
     generator = get_generator(device)
     with trace.stage("codegen.kernels"):
         pending = _start_compile(generator, kernels)
