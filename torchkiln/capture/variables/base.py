@@ -176,3 +176,31 @@ class CellVariable(VariableTracker):
 
     def __repr__(self):
         return f"CellVariable({self.value!r})"
+
+
+class IteratorProtocolMixin:
+    """The iterator protocol over ``self.next_item(tx)`` (a tracker, or None once
+    exhausted): iteration, ``__next__`` and ``__iter__``; any other method or attribute is
+    a graph break naming the iterator's type (``python_type().__name__``)."""
+
+    def unpack_var_sequence(self, tx):
+        items = []
+        while (item := self.next_item(tx)) is not None:
+            items.append(item)
+        return items
+
+    def call_method(self, tx, name, args, kwargs):
+        kind = self.python_type().__name__
+        if name == "__next__" and not args and not kwargs:
+            item = self.next_item(tx)
+            if item is None:
+                unsupported(f"StopIteration from next() on an exhausted {kind}")
+            return item
+        if name == "__iter__" and not args and not kwargs:
+            return self
+        unsupported(f"{kind}.{name} (only iteration is captured)")
+
+    def var_getattr(self, tx, name):
+        if name in ("__next__", "__iter__"):
+            return MethodVariable(self, name)
+        unsupported(f"{self.python_type().__name__} attribute {name}")

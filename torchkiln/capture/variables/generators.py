@@ -9,12 +9,12 @@ was never started; a started one cannot be rebuilt (graph break).
 """
 from __future__ import annotations
 
-from .base import ConstantVariable, VariableTracker, unsupported
+from .base import ConstantVariable, IteratorProtocolMixin, VariableTracker, unsupported
 
 MAX_YIELDS = 100_000
 
 
-class GeneratorVariable(VariableTracker):
+class GeneratorVariable(IteratorProtocolMixin, VariableTracker):
 
     rebuilt_once = True  # one object per run of the transformed code (identity)
     def __init__(self, translator, fn_vt, args, kwargs):
@@ -51,31 +51,6 @@ class GeneratorVariable(VariableTracker):
             return y.value
         self.finished = True
         return None
-
-    def unpack_var_sequence(self, tx):
-        items = []
-        while True:
-            item = self.next_item(tx)
-            if item is None:
-                return items
-            items.append(item)
-
-    def call_method(self, tx, name, args, kwargs):
-        if name == "__next__" and not args and not kwargs:
-            item = self.next_item(tx)
-            if item is None:
-                unsupported("StopIteration from next() on an exhausted generator")
-            return item
-        if name == "__iter__" and not args and not kwargs:
-            return self
-        unsupported(f"generator.{name}")
-
-    def var_getattr(self, tx, name):
-        from .base import MethodVariable
-
-        if name in ("__next__", "__iter__"):
-            return MethodVariable(self, name)
-        unsupported(f"generator attribute {name}")
 
     def reconstruct(self, cg):
         if self.started:

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import itertools
 
-from .base import ConstantVariable, VariableTracker, unsupported
+from .base import ConstantVariable, IteratorProtocolMixin, VariableTracker, unsupported
 
 
-class NativeIteratorVariable(VariableTracker):
+class NativeIteratorVariable(IteratorProtocolMixin, VariableTracker):
     """``ctor(*args, **kwargs)``, an iterator made by a C constructor during capture.
 
     ``source_it``: the tracker its items come from (a polyfill's generator, or a list
@@ -59,31 +59,6 @@ class NativeIteratorVariable(VariableTracker):
     def _check_size(self):
         if self.sized is not None and len(self.sized.items) != self.size0:
             unsupported(f"RuntimeError: {self.sized.python_type().__name__} changed size during iteration")
-
-    def unpack_var_sequence(self, tx):
-        items = []
-        while True:
-            item = self.next_item(tx)
-            if item is None:
-                return items
-            items.append(item)
-
-    def call_method(self, tx, name, args, kwargs):
-        if name == "__next__" and not args and not kwargs:
-            item = self.next_item(tx)
-            if item is None:
-                unsupported(f"StopIteration from next() on an exhausted {self.real_type.__name__}")
-            return item
-        if name == "__iter__" and not args and not kwargs:
-            return self
-        unsupported(f"{self.real_type.__name__}.{name} (only iteration is captured)")
-
-    def var_getattr(self, tx, name):
-        from .base import MethodVariable
-
-        if name in ("__next__", "__iter__"):
-            return MethodVariable(self, name)
-        unsupported(f"{self.real_type.__name__} attribute {name}")
 
     def reconstruct(self, cg):
         if self.consumed or self.finished:
