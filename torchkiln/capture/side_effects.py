@@ -61,7 +61,9 @@ class SideEffects:
 
     def replay_recipe(self, cg):
         """``apply(rt)``: compute every new value first, then apply the stores in order."""
-        steps = []
+        from .variables.containers import ListIteratorVariable, set_iterator_state
+
+        steps, iterators = [], []
         for op in self.ops:
             kind = op[0]
             if kind == "attr":
@@ -73,9 +75,13 @@ class SideEffects:
             elif kind == "cell":
                 cell_vt, value_vt = self.cell_values[id(op[1])]
                 steps.append(("cell", cg.recipe(cell_vt), None, cg.recipe(value_vt)))
+            elif isinstance(op[1], ListIteratorVariable):  # a pre-existing list/tuple iterator that moved
+                iterators.append((cg.from_source(op[1].source), op[1].state()))
             else:
                 vt = op[1]
                 steps.append(("mutate", cg.from_source(vt.source), type(vt).__name__, cg.contents_recipe(vt)))
+        # iterators last: a position is clamped to the length of the (replayed) sequence
+        steps += [("iter", it, set_iterator_state, lambda rt, state=state: state) for it, state in iterators]
         if not steps:
             return None
 
@@ -88,6 +94,8 @@ class SideEffects:
                     target[name] = value
                 elif kind == "cell":
                     target.cell_contents = value
+                elif kind == "iter":
+                    name(target, *value)
                 elif isinstance(target, list):
                     target[:] = value
                 elif isinstance(target, dict):

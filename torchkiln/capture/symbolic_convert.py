@@ -674,7 +674,7 @@ class InstructionTranslatorBase:
             self.push(build_iter(self, value) or ListIteratorVariable(value.unpack_var_sequence(self)))
         else:
             self.push(ListIteratorVariable(value.unpack_var_sequence(self),
-                                           container=value if type(value) is ListVariable else None))
+                                           container=value if type(value) in (ListVariable, TupleVariable) else None))
 
     def FOR_ITER(self, inst):
         it = self.stack[-1]

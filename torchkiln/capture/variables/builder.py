@@ -128,7 +128,7 @@ def wrap(tx, value, source: str | None) -> VariableTracker:
 
 
 def _wrap(tx, value, source):
-    from .containers import (DictVariable, ListIteratorVariable, ListVariable, NamedTupleVariable, SetVariable,
+    from .containers import (SEQ_ITERATOR_TYPES, DictVariable, ListVariable, NamedTupleVariable, SetVariable,
                              SizeVariable, TupleVariable, dict_key)
     from .functions import BoundMethodVariable, UserFunctionVariable
     from .nn_module import NNModuleVariable
@@ -153,14 +153,13 @@ def _wrap(tx, value, source):
         if getattr(existing, "source", None) is not None and not isinstance(existing, ConstantVariable):
             g.add(f"{existing.source} is {source}")
         return existing
-    if type(value) in _SEQ_ITERATORS:
+    if type(value) in SEQ_ITERATOR_TYPES:
         # A list/tuple iterator (e.g. a for-loop's iterator handed to a resume function):
-        # its remaining items, read without consuming it through __reduce__.
-        _, (seq,), index = value.__reduce__()
-        seq_source = f"{source}.__reduce__()[1][0]"
-        g.type_match(source, value)
-        g.add(f"len({seq_source}) - {source}.__reduce__()[2] == {len(seq) - index}")
-        return ListIteratorVariable([wrap(tx, v, item_source(seq_source, i)) for i, v in enumerate(seq) if i >= index])
+        # the same object, walking the list it was made over (read through __reduce__,
+        # without consuming it) from its position, which is guarded.
+        vt = _wrap_seq_iterator(tx, value, source)
+        out.id_cache[id(value)] = vt
+        return vt
     if is_model_output_class(type(value)):
         import dataclasses as _dc
 
@@ -264,7 +263,26 @@ def _wrap(tx, value, source):
 _BUILTIN_IDS = {id(v) for v in vars(builtins).values() if callable(v)}
 
 
-_SEQ_ITERATORS = (type(iter([])), type(iter(())))
+def _wrap_seq_iterator(tx, value, source):
+    from .base import unsupported
+    from .containers import BaseListVariable, ListIteratorVariable
+
+    g = tx.output.guards
+    g.type_match(source, value)
+    reduced = value.__reduce__()
+    state_source = f"{source}.__reduce__()[2:]"
+    if len(reduced) < 3:  # exhausted: CPython dropped its sequence
+        g.add(f"{state_source} == ()")
+        vt = ListIteratorVariable([], source=source, real_type=type(value))
+        vt.exhausted = True
+        return vt
+    (seq,), index = reduced[1], reduced[2]
+    g.add(f"{state_source} == ({index!r},)")
+    container = wrap(tx, seq, f"{source}.__reduce__()[1][0]")
+    if not isinstance(container, BaseListVariable):
+        unsupported(f"an iterator over a {type(seq).__name__} object")
+    return ListIteratorVariable([], index=index, container=container, reverse=type(value) is type(reversed([])),
+                                source=source, real_type=type(value))
 
 
 class WeakRefVariable(VariableTracker):

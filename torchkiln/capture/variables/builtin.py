@@ -17,12 +17,41 @@ from .base import ConstantVariable, VariableTracker, unsupported
 
 
 def vt_equal(tx, a, b) -> bool:
+    """``a == b`` where no user-defined ``__eq__`` is in play (``user_compare`` ran first):
+    constants compare by value, one object with itself is equal, and objects of types that
+    compare by identity (``object.__eq__``: functions, modules, classes, plain objects)
+    are unequal; any other pair (a ``set``, ``dict_items``, ``Decimal`` or bound method
+    read from a source) is a graph break: identity is not its equality."""
     if a is b:
         return True
     if a.is_python_constant() and b.is_python_constant():
         return a.as_python_constant() == b.as_python_constant()
     va, vb = getattr(a, "value", a), getattr(b, "value", b)
-    return va is vb
+    if va is vb:
+        return True
+    if _eq_is_identity(a) and _eq_is_identity(b):
+        return False
+    unsupported(f"== between {_type_name(a)} and {_type_name(b)} objects (not by identity)")
+
+
+def _eq_is_identity(vt) -> bool:
+    """Whether ``vt == other`` is ``vt is other`` for any other object of a different type:
+    a builtin constant (its ``__eq__`` gives NotImplemented for foreign types), or an
+    object whose type keeps ``object.__eq__``."""
+    if vt.is_python_constant():
+        cls = type(vt.as_python_constant())
+        return cls.__module__ == "builtins" or cls.__eq__ is object.__eq__
+    try:
+        return vt.python_type().__eq__ is object.__eq__
+    except Exception:  # noqa: BLE001 - no known type: not provably by identity
+        return False
+
+
+def _type_name(vt) -> str:
+    try:
+        return vt.python_type().__name__
+    except Exception:  # noqa: BLE001
+        return type(vt).__name__
 
 
 def _all_const(args, kwargs):
@@ -195,10 +224,10 @@ class BuiltinVariable(VariableTracker):
         if fn is iter and n == 1:
             if isinstance(args[0], ListIteratorVariable) or hasattr(args[0], "next_item"):
                 return args[0]
-            from .containers import ListVariable
+            from .containers import ListVariable, TupleVariable
 
             return ListIteratorVariable(args[0].unpack_var_sequence(tx),
-                                        container=args[0] if type(args[0]) is ListVariable else None)
+                                        container=args[0] if type(args[0]) in (ListVariable, TupleVariable) else None)
         if fn is next and n in (1, 2):
             if not hasattr(args[0], "next_item"):
                 if n == 2:
@@ -220,6 +249,8 @@ class BuiltinVariable(VariableTracker):
             if args or kwargs:
                 result.call_method(tx, "update", args, kwargs)
             return result
+        if fn is reversed and n == 1 and type(args[0]) is ListVariable:
+            return ListIteratorVariable([], index=len(args[0].items) - 1, container=args[0], reverse=True)
         if fn is reversed and n == 1 and isinstance(args[0], (TupleVariable, ListVariable, DictVariable)):
             return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))))
         if fn in (min, max) and n >= 1 and any(isinstance(a, SymNodeVariable) for a in args):

@@ -395,49 +395,82 @@ class SetVariable(VariableTracker):
         return call_native_method(tx, self, name, args, kwargs)
 
 
+_LIST_ITERATOR = type(iter([]))
+_REVERSED_LIST_ITERATOR = type(reversed([]))
+_TUPLE_ITERATOR = type(iter(()))
+SEQ_ITERATOR_TYPES = (_LIST_ITERATOR, _REVERSED_LIST_ITERATOR, _TUPLE_ITERATOR)
+
+
 class ListIteratorVariable(VariableTracker):
     """An iterator over a known list of trackers (FOR_ITER / next()).
 
-    ``container``: the list tracker it iterates, when it is a ``list``: then it reads the
-    list's items live (appends during the loop are seen, as CPython's list iterator
+    ``container``: the list (or plain tuple) tracker it walks, when known: then it reads the
+    container's items live (appends during the loop are seen, as CPython's list iterator
     does), an exhausted iterator stays exhausted, and it is rebuilt as ``iter(that
     list)`` at its position (the caller's list object where the list came from the
-    caller), not as an iterator over a copy.
+    caller), not as an iterator over a copy.  ``reverse``: ``reversed(list)``, walking
+    down from ``index`` as CPython's ``list_reverseiterator`` does (items appended after
+    it was made are not seen; a list that shrinks below ``index`` ends it).
+
+    ``source``: a real iterator that existed before the frame (e.g. a ``for`` loop's
+    iterator handed to a resume function): it is rebuilt as that same object, and a
+    position that moved during capture is replayed on it (``__setstate__``) after the
+    graph, so the caller's iterator, pickled or shared, walks on from where eager
+    would be (TorchDynamo keeps such iterators as ``ListIteratorVariable`` with a
+    source and replays their index the same way).
     """
 
-    def __init__(self, items, index=0, container=None):
+    def __init__(self, items, index=0, container=None, reverse=False, source=None, real_type=None):
         self.container = container
         self.items = list(items) if container is None else None
         self.index = index
+        self.reverse = reverse
         self.exhausted = False
+        self.source = source
+        self.real_type = real_type
 
     def _seq(self):
         return self.container.items if self.container is not None else self.items
 
     def next_item(self, tx):
         seq = self._seq()
-        if self.exhausted or self.index >= len(seq):
+        if self.exhausted or not 0 <= self.index < len(seq):
             self.exhausted = True
+            tx.output.side_effects.mutate(self)
             return None
         item = seq[self.index]
-        self.index += 1
+        self.index += -1 if self.reverse else 1
         tx.output.side_effects.mutate(self)
         return item
 
     def unpack_var_sequence(self, tx):
         seq = self._seq()
-        rest = [] if self.exhausted else seq[self.index:]
-        self.index = len(seq)
+        if self.exhausted or not 0 <= self.index < len(seq):
+            rest = []
+        else:
+            rest = seq[self.index::-1] if self.reverse else seq[self.index:]
+        self.index = -1 if self.reverse else len(seq)
         self.exhausted = True
+        tx.output.side_effects.mutate(self)
         return rest
 
     def python_type(self):
-        return type(iter([]))
+        if self.real_type is not None:
+            return self.real_type
+        if type(self.container) is TupleVariable:
+            return _TUPLE_ITERATOR
+        return _REVERSED_LIST_ITERATOR if self.reverse else _LIST_ITERATOR
+
+    def state(self):
+        """``(index, exhausted)``: what the transformed code sets on the real iterator."""
+        return self.index, self.exhausted
 
     def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.from_source(self.source)  # its position is replayed with the side effects
         if self.container is not None:
-            lst, index, exhausted = cg.recipe(self.container), self.index, self.exhausted
-            return lambda rt: _list_iterator_at(lst(rt), index, exhausted)
+            seq, index, exhausted, reverse = cg.recipe(self.container), self.index, self.exhausted, self.reverse
+            return lambda rt: seq_iterator_at(seq(rt), index, exhausted, reverse)
         recipes = [cg.recipe(i) for i in self.items[self.index:]]
         return lambda rt: iter([r(rt) for r in recipes])
 
@@ -452,12 +485,23 @@ class ListIteratorVariable(VariableTracker):
         unsupported(f"iterator.{name}")
 
 
-def _list_iterator_at(lst: list, index: int, exhausted: bool):
-    """CPython's iterator over ``lst`` at position ``index`` (one over nothing if exhausted)."""
-    it = iter([] if exhausted else lst)
-    if index and not exhausted:
-        it.__setstate__(index)
+def seq_iterator_at(seq, index: int, exhausted: bool, reverse: bool = False):
+    """CPython's iterator over list/tuple ``seq`` (``reversed(seq)`` if ``reverse``) at
+    position ``index``, exhausted for good if ``exhausted``."""
+    it = reversed(seq) if reverse else iter(seq)
+    set_iterator_state(it, index, exhausted)
     return it
+
+
+def set_iterator_state(it, index: int, exhausted: bool) -> None:
+    """Move a real list/tuple (reverse) iterator to ``index``, or exhaust it (a CPython
+    sequence iterator that ran out drops its sequence and never yields again)."""
+    reverse = type(it) is _REVERSED_LIST_ITERATOR
+    if exhausted:
+        it.__setstate__(-1 if reverse else 1 << 62)  # clamped to the end
+        next(it, None)
+    else:
+        it.__setstate__(index)
 
 
 class SliceVariable(VariableTracker):

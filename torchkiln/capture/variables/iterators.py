@@ -142,6 +142,8 @@ def build_iter(tx, arg):
 
     if hasattr(arg, "next_item"):
         return None
+    if type(arg) is TupleVariable:  # a tuple_iterator rebuilt at its position (iter + __setstate__)
+        return ListIteratorVariable([], container=arg)
     if isinstance(arg, ConstantVariable) and isinstance(arg.value, (str, bytes, range)):
         sample = arg.value
     elif isinstance(arg, (TupleVariable, DictVariable, SetVariable)):

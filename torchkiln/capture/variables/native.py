@@ -38,6 +38,7 @@ def active_tx():
 
 
 _LIST_ITERATOR = type(iter([]))
+_REVERSED_LIST_ITERATOR = type(reversed([]))
 
 
 class NativeCall:
@@ -146,13 +147,14 @@ class NativeCall:
                 unsupported(f"a dict view of a dict made inside a native call")
             items = [self.wrap(v) for v in value] if kind != "keys" else [self.key(k) for k in value]
             return DictViewVariable(owner, kind, items)
-        if type(value) is _LIST_ITERATOR:
-            # iter(list): keep the list it walks (its tracker), so appends are seen and the
-            # iterator is rebuilt over the same list object
+        if type(value) in (_LIST_ITERATOR, _REVERSED_LIST_ITERATOR):
+            # iter(list) / reversed(list): keep the list it walks (its tracker), so appends
+            # are seen and the iterator is rebuilt over the same list object
             _, (seq,), *state = value.__reduce__()
             owner = self.back.get(id(seq))
             if type(owner) is ListVariable:
-                it = ListIteratorVariable([], index=state[0] if state else 0, container=owner)
+                it = ListIteratorVariable([], index=state[0] if state else 0, container=owner,
+                                          reverse=type(value) is _REVERSED_LIST_ITERATOR)
                 it.exhausted = not state
                 return it
         if isinstance(value, collections.abc.Iterator):
