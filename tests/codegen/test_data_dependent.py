@@ -130,7 +130,7 @@ def test_violated_check_raises(device):
     opt = _checked(torchkiln.compile(f, fullgraph=True))
     x = torch.randn(5, device=device)
     torch.testing.assert_close(opt(x, torch.tensor(3)), f(x, torch.tensor(3)))
-    with pytest.raises(RuntimeError, match=r"2 <= u\d+"):
+    with pytest.raises(RuntimeError, match=r"^Expected cond to be True, but got False.*\(u\d+ >= 2\) is False"):
         opt(x, torch.tensor(1))
     with pytest.raises(RuntimeError, match=r"u\d+ <= 4|u\d+ < 5"):
         opt(x, torch.tensor(5))
@@ -156,3 +156,49 @@ def test_other_data_dependent_ops(device):
         x = torch.randn(n, device=device) * 3
         r = torch.randint(0, 3, (n,), device=device)
         torch.testing.assert_close(opt(x, r), f(x, r))
+
+
+class _Mine(Exception):
+    pass
+
+
+@both
+def test_checks_raise_eager_error_type_and_message():
+    limit = 4
+
+    def f(x, n):
+        k = n.item()
+        torch._check_is_size(k, lambda: "not a size", max=6)
+        torch._check_with(_Mine, k != 1, lambda: "one")
+        torch._check_value(k >= 2, lambda: "k too small")
+        torch._check_index(k < x.size(0), lambda: f"k must be < {limit}")
+        torch._check_type(k != 3, lambda: "three")
+        torch._check_not_implemented(k != 2)
+        return x[:k].sum() * 2
+
+    opt = torchkiln.compile(f, fullgraph=True)
+    x = torch.randn(8)
+    torch.testing.assert_close(opt(x, torch.tensor(5)), f(x, torch.tensor(5)))
+    for v in (-1, 7, 1, 0, 8, 3, 2):
+        with pytest.raises(Exception) as expected:
+            f(x, torch.tensor(v))
+        with pytest.raises(expected.type) as got:
+            opt(x, torch.tensor(v))
+        assert got.type is expected.type and str(got.value).startswith(str(expected.value)), (v, got.value)
+
+
+@both
+def test_check_message_of_data_dependent_value_breaks():
+    # eager formats k only when the check fails: a message over a data-dependent value
+    # cannot be computed ahead, so the check is a graph break (and runs eagerly)
+    def f(x, n):
+        k = n.item()
+        torch._check_value(k < x.size(0), lambda: f"k={k} too large")
+        return x[:k] + 1
+
+    with pytest.raises(torchkiln.exc.Unsupported, match="message function"):
+        torchkiln.compile(f, fullgraph=True)(torch.randn(4), torch.tensor(2))
+    opt = torchkiln.compile(f)
+    torch.testing.assert_close(opt(torch.randn(4).zero_(), torch.tensor(2)), torch.ones(2))
+    with pytest.raises(ValueError, match="^k=9 too large$"):
+        opt(torch.randn(4), torch.tensor(9))

@@ -17,6 +17,7 @@ import torch
 from . import config
 from .ir import FusedKernel
 from .nodes import Buffer, ComputedBuffer, ExternKernel, InputBuffer, MultiOutput, MutationBuffer, ReinterpretView
+from ..shapes.checks import DEFAULT_MESSAGE, user_checks
 from .printers import pexpr
 
 
@@ -231,6 +232,11 @@ class WrapperCodegen:
         lines = [f"{sym} = {keypath_code(e.name, path)}" for sym, path in bindings.items()]
         self._bound.update(bindings)
         env = self.graph.shape_env
+        known = self._bound | set(self.graph.symbol_sources)
+        for check in user_checks(env):  # the user's torch._check*: eager's error and message
+            free = check.cond.free_symbols
+            if check.cond is not sympy.true and free & set(bindings) and free <= known:
+                lines.append(self._raise_unless(check.cond, check.error_type, check.message, e.op))
         checks = []
         for sym in bindings:
             vr = env.var_to_range.get(sym)
@@ -252,6 +258,21 @@ class WrapperCodegen:
                 lines.append(f'if not ({text}): raise RuntimeError(f"torchkiln runtime assertion failed: {text} '
                              f'({values}; data-dependent values from {e.op})")')
         return lines
+
+    def _raise_unless(self, cond, error_type, message, op) -> str:
+        """``if not (cond): raise error_type(message)``; no message: torch's default text,
+        then the condition and the values that broke it."""
+        import builtins
+
+        text = pexpr(cond)
+        error = error_type.__name__ if getattr(builtins, error_type.__name__, None) is error_type \
+            else self.const(error_type)
+        if message is None:
+            values = ", ".join(f"{n}={{{n}}}" for n in sorted(map(str, cond.free_symbols)))
+            message = f"{DEFAULT_MESSAGE!r} + f\" (torchkiln: {text} is False; {values}; data-dependent values from {op})\""
+        else:
+            message = repr(message)
+        return f"if not ({text}): raise {error}({message})"
 
     def _check_strides(self, buf) -> str:
         """Kernels index an extern result with the fake value's strides; if the ATen

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import types
 
+import sympy
 import torch
 
 from ..guards import global_state
-from .base import ConstantVariable, ValueVariable, unsupported
+from .base import CellVariable, ConstantVariable, ValueVariable, unsupported
 
 
 def _maybe(path):
@@ -44,34 +45,105 @@ _BREAK = {id(f) for f in (torch.manual_seed, torch.seed, torch.set_default_dtype
                           torch.nn.Parameter, torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)}
 
 
-_CHECKS = {id(torch._check), id(torch._check_is_size), id(torch._check_with)}
+# torch's checks -> the error eager raises when the condition is False (None: the first
+# argument of ``_check_with``)
+_CHECK_ERRORS = {torch._check: RuntimeError, torch._check_is_size: RuntimeError, torch._check_with: None,
+                 torch._check_index: IndexError, torch._check_value: ValueError, torch._check_type: TypeError,
+                 torch._check_not_implemented: NotImplementedError}
+_CHECKS = {id(f): f for f in _CHECK_ERRORS}
+# what a message function may name: builtins and ``str`` methods that only format its constants
+_PURE_NAMES = frozenset({"str", "repr", "format", "join", "len", "int", "float", "bool", "round", "abs", "min",
+                         "max", "tuple", "list", "sorted", "upper", "lower", "strip"})
+
+
+def _message(tx, var):
+    """The text eager's check would raise with: None for torch's default, else the message
+    function's result, computed now.  Only a function that merely formats constants (its
+    closure cells and defaults constants, no calls but builtins) is run; any other is a
+    graph break (eager then runs the check, with its message)."""
+    import builtins
+
+    from .functions import NestedUserFunctionVariable, UserFunctionVariable
+
+    if var is None or (isinstance(var, ConstantVariable) and var.value is None):
+        return None
+    fn = None
+    if isinstance(var, UserFunctionVariable):
+        fn = var.fn
+    elif isinstance(var, NestedUserFunctionVariable):
+        try:
+            cells = tuple(types.CellType((c.value if isinstance(c, CellVariable) else c.load(tx)).as_python_constant())
+                          for c in var.closure.items) if var.closure else None
+            defaults = var.defaults.as_python_constant() if var.defaults is not None else None
+        except Exception:  # noqa: BLE001 - a cell or default that is not a constant
+            cells = defaults = ()
+        if cells != ():
+            fn = types.FunctionType(var.code, var.f_globals, "message", defaults, cells)
+    code = getattr(fn, "__code__", None)
+    pure = (code is not None and not any(isinstance(c, types.CodeType) for c in code.co_consts)
+            and all(n in _PURE_NAMES and fn.__globals__.get(n, getattr(builtins, n, None)) is getattr(builtins, n, None)
+                    for n in code.co_names))
+    if pure:
+        try:
+            return str(fn())
+        except Exception:  # noqa: BLE001 - eager would raise it at the failure; let eager do so
+            pass
+    unsupported("the message function of a torch._check on a data-dependent condition does more than format "
+                "constants: it cannot be computed ahead (the check runs eagerly)")
 
 
 def _call_check(tx, fn, args, kwargs):
-    """``torch._check(cond)``, ``torch._check_is_size(i)``, ``torch._check_with(E, cond)``:
-    run on the fake value (the ShapeEnv learns the fact: a guard for sizes it knows, a
-    deferred runtime assert for data-dependent ones) and recorded in the graph, so that
-    AOT autograd's trace learns it again and the code generator asserts it at run time
-    (a RuntimeError; the message and the error type of ``_check_with`` are not kept)."""
+    """``torch._check(cond, msg)``, ``_check_is_size(i, msg, max=)``, ``_check_with(E, cond, msg)``,
+    ``_check_index`` / ``_check_value`` / ``_check_type`` / ``_check_not_implemented``: run on
+    the fake value (the ShapeEnv learns the fact: a guard for sizes it knows, a deferred
+    runtime assert for data-dependent ones) and recorded in the graph, so that AOT autograd's
+    trace learns it again.  A data-dependent condition is also recorded as a
+    :class:`~torchkiln.shapes.checks.UserCheck` with eager's error type and message, which
+    the code generator asserts at run time."""
+    import inspect
+
+    from ...shapes.checks import UserCheck, record
     from .tensor import SymNodeVariable
 
-    if fn is torch._check_with:
-        args = args[1:]
-    cond = args[0] if args else kwargs.get("cond", kwargs.get("i"))
-    if not isinstance(cond, SymNodeVariable):
-        value = cond.as_python_constant()
-        if fn is torch._check_is_size:
-            if value < 0:
-                unsupported(f"torch._check_is_size({value}) fails")
-        elif not value:
-            unsupported("torch._check of a condition that is False when captured")
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as e:
+        unsupported(f"{fn.__name__} called with {e}")
+    params = bound.arguments
+    error = _CHECK_ERRORS[fn] or params["error_type"].as_python_constant()
+    if not (isinstance(error, type) and issubclass(error, Exception) and not issubclass(error, Warning)):
+        unsupported(f"torch._check_with of the error type {error!r}")
+    msg_var = params.get("message")
+    if fn is torch._check_is_size:
+        subject, limit = params["i"], params.get("max")
+        if limit is not None and not limit.is_python_constant():
+            unsupported("torch._check_is_size with a symbolic max")
+        limit = None if limit is None else limit.as_python_constant()
+    else:
+        subject, limit = params["cond"], None
+    if not isinstance(subject, SymNodeVariable):
+        value = subject.as_python_constant()
+        holds = (value >= 0 and (limit is None or value <= limit)) if fn is torch._check_is_size else value
+        if not holds:
+            unsupported(f"{fn.__name__} of a condition that is False when captured")
         return ConstantVariable(None)
-    target = torch._check_is_size if fn is torch._check_is_size else torch._check
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    expr = subject.example.node.expr
+    conds = [sympy.Ge(expr, 0), *([sympy.Le(expr, limit)] if limit is not None else [])] \
+        if fn is torch._check_is_size else [expr]
+    if free_unbacked_symbols(expr):
+        message = _message(tx, msg_var)  # before the ShapeEnv learns anything: this may break
+        env = subject.example.node.shape_env
+        for cond in conds:
+            record(env, UserCheck(cond, error, message))
+    target, extra = (torch._check_is_size, {"max": ConstantVariable(limit)} if limit is not None else {}) \
+        if fn is torch._check_is_size else (torch._check, {})
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # _check_is_size's deprecation notice
-        tx.output.call_function(tx, target, [cond], {})
+        tx.output.call_function(tx, target, [subject], extra)
     return ConstantVariable(None)
 
 
@@ -190,7 +262,7 @@ class TorchVariable(ValueVariable):
 
             return wrap_constant_like(tx, value)
         if id(fn) in _CHECKS:
-            return _call_check(tx, fn, args, kwargs)
+            return _call_check(tx, _CHECKS[id(fn)], args, kwargs)
         if fn is torch.is_tensor or fn is torch.overrides.is_tensor_like:
             from .tensor import TensorVariable
 
