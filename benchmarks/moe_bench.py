@@ -1,7 +1,7 @@
 """Mixture-of-experts benchmark (not a test): data-dependent shapes in one graph or many.
 
-A top-k routed MoE layer (``MoE`` below: 8 experts, top-2, d=256, hidden=512, 512 tokens,
-float32, CPU, ``torch.set_num_threads(1)``): routing weights from a softmax gate, per-expert
+A top-k routed MoE layer (``torchkiln.bench.models.moe.MoE``, the suite's ``moe``: 8
+experts, top-2, d=256, hidden=512, 512 tokens, float32, CPU, ``torch.set_num_threads(1)``): routing weights from a softmax gate, per-expert
 token counts from ``bincount`` turned into split sizes with ``.tolist()``, a loop over the
 experts (gather, two matmuls, ``index_add``).  Compiled with and without
 ``capture_scalar_outputs`` + ``capture_dynamic_output_shape_ops``:
@@ -24,34 +24,9 @@ import time
 import warnings
 
 import torch
-from torch import nn
 
 import torchkiln
-
-
-class MoE(nn.Module):
-    def __init__(self, d=256, hidden=512, n_experts=8, k=2):
-        super().__init__()
-        self.k, self.n_experts = k, n_experts
-        self.gate = nn.Linear(d, n_experts, bias=False)
-        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(d, hidden), nn.SiLU(), nn.Linear(hidden, d))
-                                     for _ in range(n_experts))
-
-    def forward(self, x):
-        probs = self.gate(x).softmax(-1)
-        weights, chosen = probs.topk(self.k, dim=-1)
-        weights = weights / weights.sum(-1, keepdim=True)
-        flat = chosen.flatten()
-        order = flat.argsort(stable=True)
-        counts = torch.bincount(flat, minlength=self.n_experts)
-        torch._check(counts.size(0) == self.n_experts)
-        sizes = counts.tolist()
-        tokens = (order // self.k).split(sizes)
-        w = weights.flatten()[order].split(sizes)
-        out = torch.zeros_like(x)
-        for expert, tok, wt in zip(self.experts, tokens, w):
-            out = out.index_add(0, tok, expert(x[tok]) * wt.unsqueeze(-1))
-        return out
+from torchkiln.bench.models.moe import MoE
 
 
 SETTINGS = dict(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
-
 import torchkiln
+from torchkiln.bench.models.moe import MoE
 from torchkiln.testing import CompileCounterWithBackend
 
 from test_dynamic_shapes import _checked, device  # noqa: F401  (the cpp / triton / cuda fixture)
@@ -16,38 +15,10 @@ from test_dynamic_shapes import _checked, device  # noqa: F401  (the cpp / trito
 both = torchkiln.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True)
 
 
-class MoE(nn.Module):
-    """A small mixture-of-experts layer: top-k routing, per-expert token counts from
-    ``bincount`` (``.tolist()`` split sizes), a loop over the experts."""
-
-    def __init__(self, d=16, hidden=16, n_experts=3, k=2):
-        super().__init__()
-        self.k, self.n_experts = k, n_experts
-        self.gate = nn.Linear(d, n_experts, bias=False)
-        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(d, hidden), nn.SiLU(), nn.Linear(hidden, d))
-                                     for _ in range(n_experts))
-
-    def forward(self, x):
-        probs = self.gate(x).softmax(-1)
-        weights, chosen = probs.topk(self.k, dim=-1)
-        weights = weights / weights.sum(-1, keepdim=True)
-        flat = chosen.flatten()
-        order = flat.argsort(stable=True)
-        counts = torch.bincount(flat, minlength=self.n_experts)
-        torch._check(counts.size(0) == self.n_experts)  # bincount's length is data-dependent
-        sizes = counts.tolist()
-        tokens = (order // self.k).split(sizes)
-        w = weights.flatten()[order].split(sizes)
-        out = torch.zeros_like(x)
-        for expert, tok, wt in zip(self.experts, tokens, w):
-            out = out.index_add(0, tok, expert(x[tok]) * wt.unsqueeze(-1))
-        return out
-
-
 @both
 def test_moe_forward_backward_one_graph(device):
     torch.manual_seed(0)
-    model = MoE().to(device)
+    model = MoE(d=16, hidden=16, n_experts=3).to(device)
     counter = CompileCounterWithBackend("inductor")
     compiled = _checked(torchkiln.compile(model, backend=counter, fullgraph=True))
     for seed in (0, 1):  # another routing: the same graph, other token counts
@@ -70,7 +41,7 @@ def test_moe_without_settings_breaks_the_graph(device):
     # torch.compile's behaviour without the settings: bincount and .tolist() break the graph
     if device == "cpu" and torchkiln.codegen.config.cpu_backend == "triton":
         pytest.skip("a capture behaviour: the C++ path shows it")
-    model = MoE().to(device)
+    model = MoE(d=16, hidden=16, n_experts=3).to(device)
     x = torch.randn(24, 16, device=device)
     counter = CompileCounterWithBackend("inductor")
     out = _checked(torchkiln.compile(model, backend=counter))(x)

@@ -52,6 +52,7 @@ SUITE: dict[str, ModelSpec] = {s.name: s for s in [
     _spec("lstm", "lstm:make_lstm", "2-layer LSTM language model"),
     _spec("nanogpt", "gpt:make_nanogpt", "nanoGPT-style decoder-only transformer"),
     _spec("gpt2_block", "gpt:make_gpt2_block", "one GPT-2-style transformer block"),
+    _spec("moe", "moe:make_moe", "mixture-of-experts layer: top-2 routing, data-dependent expert sizes"),
     _spec("hf_gpt2", "hf:make_gpt2", "transformers GPT2LMHeadModel", True),
     _spec("hf_bert", "hf:make_bert", "transformers BertForMaskedLM", True),
     _spec("hf_llama", "hf:make_llama", "transformers LlamaForCausalLM (GQA, rotary)", True),
