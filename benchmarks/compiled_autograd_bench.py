@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -134,8 +137,13 @@ def main() -> None:
         return
 
     def run(kind, name):
+        # A fresh cache directory per worker: every run measures the same thing (a forward
+        # loaded from the AOT autograd cache has no backward graph to trace into the
+        # compiled backward, so its backward is a runtime call there: a graph break).
+        env = dict(os.environ, TORCHKILN_CACHE_DIR=tempfile.mkdtemp(prefix="ca_bench_"))
         proc = subprocess.run([sys.executable, __file__, "--worker", kind, name, "--repeat", str(args.repeat),
-                               "--warmup", str(args.warmup)], capture_output=True, text=True)
+                               "--warmup", str(args.warmup)], capture_output=True, text=True, env=env)
+        shutil.rmtree(env["TORCHKILN_CACHE_DIR"], ignore_errors=True)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         if not lines:
             raise RuntimeError(f"{kind} {name}: {proc.stderr.strip().splitlines()[-1:]}")

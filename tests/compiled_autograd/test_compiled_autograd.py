@@ -44,6 +44,8 @@ import pytest
 import torch
 
 import torchkiln
+import torchkiln.aot
+import torchkiln.codegen
 from torchkiln.compiled_autograd import protocol as compiled_autograd_protocol
 from torchkiln import compiled_autograd
 from torchkiln.backends import lookup_backend
@@ -698,6 +700,51 @@ def test_custom_fn_saved_attr():
     # ctx.shape is not in the engine's key: the backward is a runtime call_backward node
     # (capture breaks the graph there: 2 graphs compiled per capture).
     _custom_fn_check(make, count=[1, None], compiler_fn=make_compiler_fn(fullgraph=False))
+
+
+def test_custom_fn_runtime_backward_reads_lifted_saved_tensors():
+    # A backward called at runtime (it reads ctx.scale, outside the key) gets the lifted
+    # saved tensors: the engine has released the node's own before the graph runs.
+    def make():
+        class MyFn(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                ctx.scale = x.shape[0]
+                return x * x
+
+            @staticmethod
+            def backward(ctx, gO):
+                (x,) = ctx.saved_tensors
+                return gO * x * ctx.scale
+
+        return MyFn
+
+    _custom_fn_check(make, count=[1, None], compiler_fn=make_compiler_fn(fullgraph=False))
+
+
+def test_compiled_forward_from_aot_cache(tmp_path, monkeypatch):
+    # An AOT autograd cache hit has no backward graph to trace: its backward is a runtime
+    # call on the lifted saved tensors (it raised "backward through the graph a second time").
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCHKILN_FX_GRAPH_CACHE", "1")
+    monkeypatch.setenv("TORCHKILN_AUTOGRAD_CACHE", "1")
+    monkeypatch.setattr(torchkiln.codegen.config, "fx_graph_cache", True)
+    monkeypatch.setattr(torchkiln.aot.config, "enable_autograd_cache", True)
+
+    torch.manual_seed(0)
+    model, x = mlp(), torch.randn([2, 4])
+    model(x).sum().backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    torchkiln.reset()
+    counters.clear()
+    with compiled_autograd.enable(make_compiler_fn(fullgraph=False)):
+        for _ in range(2):
+            torchkiln.reset()  # the second compile is an AOT autograd cache hit
+            model.zero_grad()
+            torchkiln.compile(model, backend="inductor")(x).sum().backward()
+            assert_equal(expected, [p.grad for p in model.parameters()])
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 1
 
 
 def test_custom_fn_multiple_grads():

@@ -30,10 +30,34 @@ def call_hook(hook: Callable, *args: Any, hook_type: str) -> Any:
     return args[0] if result is None else result
 
 
+class LiftedCtx:
+    """A custom Function's real ``ctx`` whose ``saved_tensors`` are the lifted ones: the
+    engine releases a node's saved variables before the compiled backward runs (unless
+    ``retain_graph``), so ``ctx.saved_tensors`` itself would raise eager's "backward
+    through the graph a second time" error.  Every other attribute is the real ctx's."""
+
+    __slots__ = ("_ctx", "saved_tensors")
+
+    def __init__(self, ctx, saved_tensors: Sequence[torch.Tensor]) -> None:
+        object.__setattr__(self, "_ctx", ctx)
+        object.__setattr__(self, "saved_tensors", tuple(saved_tensors))
+
+    @property
+    def saved_variables(self):
+        return self.saved_tensors
+
+    def __getattr__(self, name):
+        return getattr(object.__getattribute__(self, "_ctx"), name)
+
+    def __setattr__(self, name, value):
+        setattr(object.__getattribute__(self, "_ctx"), name, value)
+
+
 def call_backward(ctx, saved_tensors: Sequence[torch.Tensor], *grads: Any) -> tuple:
-    """Call a custom Function's backward eagerly (its ``ctx`` is the real one).  Capture
-    does not inline it (a graph break): the backward's Python runs as eager runs it."""
-    result = ctx._forward_cls.backward(ctx, *grads)
+    """Call a custom Function's backward eagerly, on the real ``ctx`` with the lifted
+    saved tensors.  Capture does not inline it (a graph break): the backward's Python
+    runs as eager runs it."""
+    result = ctx._forward_cls.backward(LiftedCtx(ctx, saved_tensors), *grads)
     return result if isinstance(result, tuple) else (result,)
 
 
