@@ -32,7 +32,7 @@ def _run(compiled, args):
 
 def _compile(fn, *args):
     gm = make_fx(fn, decomposition_table=decompositions())(*args)
-    with config.patch(debug=True, fx_graph_cache=False):
+    with config.patch(debug=True, fx_graph_cache=False, mkldnn_linear_min_macs=0):
         return compile_fx_inner(gm, [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"])
 
 
@@ -70,6 +70,19 @@ def test_config_off():
     with config.patch(mkldnn_linear=False):
         compiled = _compile(fn, *args)
     assert not _run(compiled, args)[1]
+
+
+def test_small_matmul_stays_on_aten():
+    """Below ``mkldnn_linear_min_macs`` ATen's addmm is faster (oneDNN's per-call cost)."""
+    fn = CASES["linear"][0]
+    for m, expected in ((16, False), (256, True)):
+        args = (torch.randn(m, 256), torch.randn(128, 256), torch.randn(128))
+        gm = make_fx(fn, decomposition_table=decompositions())(*args)
+        with config.patch(debug=True, fx_graph_cache=False, mkldnn_linear_min_macs=1 << 23):
+            compiled = compile_fx_inner(gm, [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"])
+        out, used = _run(compiled, args)
+        assert used == expected
+        torch.testing.assert_close(out[0], fn(*args)[0], atol=1e-4, rtol=1e-4)
 
 
 def test_training_gradients():

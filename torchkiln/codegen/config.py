@@ -39,6 +39,10 @@ config = Config(
     # Linear layers (addmm/mm of a transposed row-major weight) in float32 on CPU run
     # oneDNN's matmul, 5-12% faster than ATen's addmm here (codegen/mkldnn.py).
     mkldnn_linear=True,
+    # ... only where M*K*N (multiply-adds) is at least this: oneDNN's fixed cost per call
+    # (~12 us at one thread) loses below it (16x64x64: addmm 5 us, oneDNN 17 us; even at
+    # 128x256x256).  Symbolic sizes count as large.
+    mkldnn_linear_min_macs=1 << 23,
     # In no_grad inference, module parameters and buffers are constants: folded, batch
     # norm folded into convolutions, conv weights prepacked (codegen/freezing.py); changes
     # to them after compiling are not seen.  Off by default, as torch._inductor.config.freezing.

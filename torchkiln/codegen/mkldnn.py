@@ -8,8 +8,9 @@ machine's shapes (BERT's [512, 256] x [256, 1024]: 2.71 ms vs 2.90 ms).  As
 TorchInductor's ``mkldnn_fusion`` does, but without packing the weight (that needs
 frozen parameters).  Preconditions, else ATen's op: float32 on CPU with oneDNN,
 ``beta == alpha == 1``, ``x`` a row-major [M, K] buffer, ``w`` a row-major [N, K]
-buffer seen transposed, ``bias`` one value per output column ([N]).
-``codegen.config.mkldnn_linear`` turns it off.
+buffer seen transposed, ``bias`` one value per output column ([N]), and ``M*K*N`` at least
+``codegen.config.mkldnn_linear_min_macs`` (oneDNN's fixed cost per call loses on small
+matmuls).  ``codegen.config.mkldnn_linear`` turns it off.
 """
 from __future__ import annotations
 
@@ -86,5 +87,8 @@ def linear(bias, mat1, mat2, beta=1, alpha=1):
     if x is None or (bias is not None and b is None):
         return None
     m = mat1.get_size()[0]
+    k = mat1.get_size()[1]
+    if all(isinstance(s, (int, sympy.Integer)) for s in (m, k, n)) and int(m) * int(k) * int(n) < config.mkldnn_linear_min_macs:
+        return None  # too small: oneDNN's per-call cost exceeds what its matmul saves
     layout = Layout([m, n], contiguous_strides([m, n]), sympy.Integer(0), torch.float32, mat1.device)
     return [x, weight, b, "none", [], ""], layout
