@@ -4,9 +4,12 @@ return what the plain one returns and leave its arguments in the same state.
 """
 from __future__ import annotations
 
+import enum
+import operator
 import pickle
 
 import pytest
+import torch
 
 import torchkiln
 
@@ -149,3 +152,63 @@ def test_equality_of_sets_read_after_a_break_is_by_value():
         return sa == sb, sa != sb, sa in [sb]
 
     same_as_cpython(g, lambda: ([(1, 2)], [(1, 2)]))
+
+
+# -- methods of constants: only builtin, pure ones run at trace time ------------------------
+_LOG: list = []
+
+
+class _Color(enum.Enum):
+    RED = 1
+
+    def describe(self):
+        _LOG.append(self.name)
+        return "red"
+
+    @property
+    def loud(self):
+        _LOG.append("loud")
+        return "RED!"
+
+
+class _Word(str):
+    def __getitem__(self, i):
+        _LOG.append(i)
+        return str.__getitem__(self, i)
+
+
+def _same_log_as_cpython(fn, make_args):
+    """Same results and the same side effects (in ``_LOG``) on each of 2 calls."""
+    _LOG.clear()
+    expected = [repr(fn(*make_args())) for _ in range(2)], list(_LOG)
+    _LOG.clear()
+    cfn = torchkiln.compile(fn, backend="eager")
+    assert ([repr(cfn(*make_args())) for _ in range(2)], list(_LOG)) == expected
+
+
+def test_python_methods_of_constants_run_on_every_call():
+    """A method of a constant that is not a builtin type's (an enum's, a str subclass's
+    override, an enum property) ran once at trace time and was baked in."""
+    def by_methodcaller(x):
+        return x + len(operator.methodcaller("describe")(_Color.RED))
+
+    def by_property(x):
+        return x + len(_Color.RED.loud)
+
+    def by_subscript(w, x):
+        return w[0], x + 1
+
+    _same_log_as_cpython(by_methodcaller, lambda: (torch.ones(1),))
+    _same_log_as_cpython(by_property, lambda: (torch.ones(1),))
+    _same_log_as_cpython(by_subscript, lambda: (_Word("ab"), torch.ones(1)))
+
+
+def test_builtin_methods_of_constants_still_fold():
+    def f(s, x):
+        try:
+            i = s.index("z")  # raises: runs natively, the handler is kept
+        except ValueError:
+            i = -1
+        return s.upper().split("B"), (3).__eq__(len), "{}-{}".format(1, "a"), i, x + 1
+
+    _same_log_as_cpython(f, lambda: ("abc", torch.ones(1)))

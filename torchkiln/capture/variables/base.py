@@ -7,6 +7,8 @@ transformed code can read it again.  Operations a tracker cannot model raise
 """
 from __future__ import annotations
 
+import torch
+
 from ...exc import Unsupported
 
 
@@ -92,6 +94,11 @@ class ConstantVariable(ValueVariable):
         return bool(self.value)
 
     def var_getattr(self, tx, name):
+        prop = next((k.__dict__[name] for k in type(self.value).__mro__ if name in k.__dict__), None)
+        if type(prop) is property and hasattr(prop.fget, "__code__"):  # a Python property (an enum's): inlined
+            from .functions import UserFunctionVariable
+
+            return UserFunctionVariable(prop.fget).call_function(tx, [self], {})
         try:
             attr = getattr(self.value, name)
         except AttributeError:
@@ -101,16 +108,23 @@ class ConstantVariable(ValueVariable):
         return wrap_constant_like(tx, attr)
 
     def call_method(self, tx, name, args, kwargs):
-        from .builder import wrap_constant_like
+        """A method of a builtin immutable type (``str.upper``, ``int.bit_length``,
+        ``tuple.index`` ...) on plain constant arguments runs now, its result a constant;
+        anything else is looked up and called as an attribute: a Python method (an enum's
+        or a ``str`` subclass's own) is inlined, so its side effects happen at run time,
+        on every call; a C method of another type is a graph break."""
+        method = pure_method(self.value, name)
+        if method is not None and all(_plain_arg(a) for a in args) and all(_plain_arg(v) for v in kwargs.values()):
+            try:
+                result = method(self.value, *[a.as_python_constant() for a in args],
+                                **{k: v.as_python_constant() for k, v in kwargs.items()})
+            except Exception as e:  # noqa: BLE001 - raised again when the call runs natively
+                unsupported(f"{type(self.value).__name__}.{name} raised {type(e).__name__}: {e}")
+            from .builder import wrap_constant_like
 
-        if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()):
-            method = getattr(self.value, name, None)
-            if method is None:
-                unsupported(f"{type(self.value).__name__}.{name}")
-            return wrap_constant_like(tx, method(*[a.as_python_constant() for a in args],
-                                                 **{k: v.as_python_constant() for k, v in kwargs.items()}))
+            return wrap_constant_like(tx, result)
         if name == "format" and isinstance(self.value, str):
-            unsupported("str.format with non-constant arguments")
+            unsupported("str.format with arguments that are not plain constants")
         return super().call_method(tx, name, args, kwargs)
 
     def unpack_var_sequence(self, tx):
@@ -124,6 +138,41 @@ class ConstantVariable(ValueVariable):
 
     def __repr__(self):
         return f"ConstantVariable({self.value!r})"
+
+
+_PURE_TYPES = (str, bytes, int, float, complex, bool, type(None), tuple, frozenset, range, slice, torch.dtype,
+               torch.device, torch.layout, torch.memory_format)
+
+
+def pure_method(value, name: str):
+    """The C method ``name`` of ``value``'s type when a builtin immutable type defines it
+    (looked up along the MRO, so a subclass's own Python override is not it), else None.
+    Such a method only reads its object and its arguments."""
+    for klass in type(value).__mro__:
+        attr = klass.__dict__.get(name)
+        if attr is not None:
+            if klass in _PURE_TYPES and not hasattr(attr, "__code__"):
+                return getattr(klass, name)
+            return None
+    return None
+
+
+def is_plain_constant(value) -> bool:
+    """Whether ``value`` is made only of builtin immutable values (and lists, dicts and sets
+    of them), of exact types: no user code runs when a C function reads, hashes, compares
+    or formats it."""
+    cls = type(value)
+    if cls in (tuple, list, set, frozenset):
+        return all(is_plain_constant(v) for v in value)
+    if cls is dict:
+        return all(is_plain_constant(k) and is_plain_constant(v) for k, v in value.items())
+    if cls is slice:
+        return all(is_plain_constant(v) for v in (value.start, value.stop, value.step))
+    return cls in _PURE_TYPES or value is Ellipsis or value is NotImplemented
+
+
+def _plain_arg(vt) -> bool:
+    return vt.is_python_constant() and is_plain_constant(vt.as_python_constant())
 
 
 class MethodVariable(VariableTracker):
