@@ -34,6 +34,27 @@ class GuardPart:
         self.code = code
         self.reason = reason
         self.size_of = size_of  # (source, dim) when this part checks one size (or an int: SCALAR) only
+        self.env: dict | None = None  # the guard namespace, set by GuardBuilder.build
+        self._fn = None
+        self._shown = None
+
+    @property
+    def fn(self):
+        """``fn(L) -> bool``: this part alone (compiled on first use: only a failing
+        guard's reason needs it)."""
+        if self._fn is None:
+            self._fn = eval(f"lambda L: {self.code}", self.env)
+        return self._fn
+
+    @property
+    def shown(self) -> str:
+        """The code as logs print it: ``___cN`` constants by value, torch names spelled out."""
+        if self._shown is None:
+            env = self.env or {}
+            text = re.sub(r"___c\d+", lambda m: _pretty(env.get(m.group(0))), self.code)
+            self._shown = (text.replace("___Tensor", "torch.Tensor").replace("___is_grad_enabled", "torch.is_grad_enabled")
+                           .replace("___inf", "math.inf"))
+        return self._shown
 
 
 class GuardBuilder:
@@ -83,6 +104,14 @@ class GuardBuilder:
         else:
             self.type_match(source, value)
             self.add(f"{source} == {self.const(value)}")
+
+    def items_match(self, seq_source: str, start: str, values: list) -> None:
+        """The items of the sequence at ``seq_source`` from index ``start`` (an expression)
+        on are ``values``, each of the same type (plain constants: int, float, str, bytes,
+        bool, None), in one check instead of a TYPE and an EQUALS check per item (a loop's
+        iterator over a long range or list handed to a resume function)."""
+        self.env.setdefault("___items_match", _items_match)
+        self.add(f"___items_match({seq_source}, {start}, {self.const(tuple(values))})")
 
     def len_match(self, source: str, value) -> None:
         self.type_match(source, value)
@@ -159,12 +188,22 @@ class GuardBuilder:
         namespace = self.env
         exec(compile(source, "<torchkiln guard>", "exec"), namespace)
         check = namespace.pop("___guard")
-        parts = [(p, eval(f"lambda L: {p.code}", namespace)) for p in self.parts]
         for p in self.parts:
-            p.shown = re.sub(r"___c\d+", lambda m: _pretty(namespace.get(m.group(0))), p.code)
-            p.shown = (p.shown.replace("___Tensor", "torch.Tensor").replace("___is_grad_enabled", "torch.is_grad_enabled")
-                       .replace("___inf", "math.inf"))
-        return Guard(check, [p.shown for p in self.parts], parts, source)
+            p.env = namespace
+        return Guard(check, None, self.parts, source)
+
+
+PLAIN_CONSTANT_TYPES = (int, float, str, bytes, bool, type(None))
+
+
+def _items_match(seq, start, expected: tuple) -> bool:
+    if len(seq) - start != len(expected):
+        return False
+    for i, e in enumerate(expected, start):
+        a = seq[i]
+        if type(a) is not type(e) or not (a == e or a != a and e != e):  # NaN matches NaN, as the float guard
+            return False
+    return True
 
 
 def global_state(key: str):
@@ -218,20 +257,27 @@ def _guard_source(codes: list[str]) -> str:
 class Guard:
     """A generated predicate over ``f_locals`` (``check``) plus its printable parts."""
 
-    def __init__(self, check, code_parts, parts=(), source_text=""):
+    def __init__(self, check, code_parts=None, parts=(), source_text=""):
         self.check = check
-        self.code_parts = code_parts
+        self._code_parts = code_parts
         self._parts = list(parts)
         self.source_text = source_text
+
+    @property
+    def code_parts(self) -> list[str]:
+        """Each part's printable code (built on first use: logs, explain, tests)."""
+        if self._code_parts is None:
+            self._code_parts = [p.shown for p in self._parts]
+        return self._code_parts
 
     @classmethod
     def always(cls) -> "Guard":
         return cls(lambda f_locals: True, [])
 
     def _failing(self, f_locals):
-        for part, fn in self._parts:
+        for part in self._parts:
             try:
-                ok = fn(f_locals)
+                ok = part.fn(f_locals)
             except Exception:  # noqa: BLE001 - a guard that raises has failed
                 ok = False
             if not ok:
@@ -271,10 +317,7 @@ class Guard:
         return result or None
 
     def _env_of(self, part):
-        for p, f in self._parts:
-            if p is part:
-                return f.__globals__
-        return {}
+        return part.env or {}
 
     def __str__(self):
         return self.source_text or "True"

@@ -7,7 +7,11 @@ break.  The original exception table is kept, so ``with``/``try`` regions around
 resume point still work (as TorchDynamo's ``ContinueExecutionCache`` arranges).
 Every code object made here passes :func:`~.verify.verify_code` before it is used.
 Code objects are cached per (code, resume position, stack layout, live locals) so
-the frontend's per-code cache is shared across recompiles.
+the frontend's per-code cache is shared across recompiles.  A resume function that
+breaks again resumes from the *original* code (each resume code remembers, per
+instruction, where it came from), as TorchDynamo's ``ContinueExecutionCache`` does: a
+break inside a loop then reuses one resume function for every iteration instead of
+nesting a new one (and a new capture) per iteration.
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from bytecode import Bytecode, Instr, Label
 from .verify import verify_code
 
 _cache: dict[tuple, types.CodeType] = {}
+# resume code -> (original code, {item position in the resume code: item position in the original})
+_origins: dict[types.CodeType, tuple[types.CodeType, dict[int, int]]] = {}
 
 
 def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ...], local_names: tuple[str, ...],
@@ -42,8 +48,8 @@ def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ..
         return cached
     # The stack at every instruction after the resume point is the original's, so the
     # exception table keeps the original depths (the library's default decodes them as 0).
-    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
-    items = list(bc)
+    bc, items = _source_items(code)
+    items = list(items)
     header_end = next(i for i, ins in enumerate(items) if isinstance(ins, Instr) and ins.name == "RESUME")
     header = [ins for ins in items[: header_end + 1]
               if not (isinstance(ins, Instr) and ins.name == "MAKE_CELL" and ins.arg.name in cell_names)]
@@ -81,7 +87,60 @@ def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ..
     result = new.to_code(stacksize=code.co_stacksize + len(stack_nulls) + 2, compute_exception_stack_depths=False)
     verify_code(result, _placeholder_closure(result))  # raises InvalidCode: never run a bad object
     _cache[key] = result
+    if not raising:  # where its instructions came from, worked out if it breaks again (see origin)
+        _origins[result] = (code, new, items, body)
     return result
+
+
+_SOURCE_ITEMS: dict[int, tuple] = {}
+
+
+def _source_items(code: types.CodeType):
+    """``Bytecode.from_code(code)`` (with the exception table's depths) and its items,
+    decoded once per code: every break of a frame resumes from the same original.  The
+    items are shared by the resume codes built from them; nothing mutates them."""
+    hit = _SOURCE_ITEMS.get(id(code))
+    if hit is None or hit[0] is not code:
+        bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
+        hit = _SOURCE_ITEMS[id(code)] = (code, bc, tuple(bc))  # keeps ``code`` alive: its id stays unique
+    return hit[1], hit[2]
+
+
+_JUMP_FAMILY = {"JUMP_FORWARD": "JUMP", "JUMP_BACKWARD": "JUMP", "JUMP_BACKWARD_NO_INTERRUPT": "JUMP"}
+
+
+def _origin_map(result: types.CodeType, code: types.CodeType, new: Bytecode, items, body) -> dict[int, int]:
+    """For each instruction of ``result`` that is an instruction of ``code``'s body, its
+    item position in ``Bytecode.from_code(code)`` (the translator's positions), keyed by
+    its item position in ``Bytecode.from_code(result)``.  Empty (the resume then nests)
+    unless the decoded instructions match the built ones one to one."""
+    original_pos = {id(ins): pos for pos, ins in enumerate(items)}
+    body_ids = set(map(id, body))
+    decoded = Bytecode.from_code(result)
+    got = [(pos, ins) for pos, ins in enumerate(decoded) if isinstance(ins, Instr)]
+    built = [ins for ins in new if isinstance(ins, Instr)]
+    if len(got) != len(built):
+        return {}
+    mapping = {}
+    for (pos, ins), src in zip(got, built):
+        if _JUMP_FAMILY.get(ins.name, ins.name) != _JUMP_FAMILY.get(src.name, src.name):
+            return {}
+        if id(src) in body_ids:
+            mapping[pos] = original_pos[id(src)]
+    return mapping
+
+
+def origin(code: types.CodeType, position: int) -> tuple[types.CodeType, int]:
+    """``(original code, position)`` of item ``position`` of a resume code; the
+    arguments themselves for any other code (or a position with no original)."""
+    found = _origins.get(code)
+    if found is None:
+        return code, position
+    if len(found) == 4:  # first break in this resume code: map its instructions now
+        found = _origins[code] = (found[0], _origin_map(code, *found))
+    if position not in found[1]:
+        return code, position
+    return found[0], found[1][position]
 
 
 def _placeholder_closure(code: types.CodeType):
@@ -92,8 +151,8 @@ def resume_function(fn: types.FunctionType, position: int, stack_nulls, local_na
                     cell_names=(), raising=False) -> types.FunctionType:
     """The resume function of ``fn`` (see :func:`resume_code`), with ``fn``'s globals and
     closure.  Raises :class:`~.verify.InvalidCode` when the code fails verification."""
-    code = resume_code(fn.__code__, position, tuple(stack_nulls), tuple(local_names), lineno, tuple(cell_names),
-                       raising)
+    root, position = origin(fn.__code__, position)
+    code = resume_code(root, position, tuple(stack_nulls), tuple(local_names), lineno, tuple(cell_names), raising)
     if len(code.co_freevars) != len(fn.__closure__ or ()):
         verify_code(code, fn.__closure__)  # raises: the closure does not fit
     return types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)

@@ -85,8 +85,24 @@ class RestartAt(Exception):
         self.user_stack = user_stack
 
 
+_DECODED: dict[int, tuple] = {}
+
+
 def decode(code):
-    """Instructions of ``code`` (labels resolved to indices) and their try regions."""
+    """Instructions of ``code`` (labels resolved to indices) and their try regions.
+    Decoded once per code object (every trace of a frame, every inlined call and every
+    restart at a graph break reads the same instructions; nothing mutates them)."""
+    hit = _DECODED.get(id(code))
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    if len(_DECODED) > 4096:
+        _DECODED.clear()
+    result = _decode(code)
+    _DECODED[id(code)] = (code, result)  # the entry keeps ``code`` alive: its id stays unique
+    return result
+
+
+def _decode(code):
     bc = Bytecode.from_code(code)
     instructions, positions, regions = [], [], []
     labels = {}
@@ -1014,7 +1030,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.root = self
         symbolic_locals = {}
         cells = {}
-        made_cells = {i.argval for i in dis.get_instructions(code) if i.opname == "MAKE_CELL"}
+        made_cells = {i.arg.name for i in decode(code)[1] if i.name == "MAKE_CELL"}
         for name, value in f_locals.items():
             if name in code.co_freevars:
                 idx = code.co_freevars.index(name)

@@ -20,6 +20,8 @@ import weakref
 
 import torch
 
+from ...shapes.policy import scalar_source
+from ..guards import PLAIN_CONSTANT_TYPES
 from ..source import attr_source, item_source
 from .base import ConstantVariable, VariableTracker
 
@@ -181,8 +183,14 @@ def _wrap(tx, value, source):
         g.len_match(source, value)
         return NamedTupleVariable([wrap(tx, v, item_source(source, i)) for i, v in enumerate(value)], type(value), source)
     if type(value) in (tuple, list):
-        g.len_match(source, value)
-        items = [wrap(tx, v, item_source(source, i)) for i, v in enumerate(value)]
+        if len(value) > 8 and not scalar_source(item_source(source, 0)) and all(
+                type(v) in PLAIN_CONSTANT_TYPES for v in value):
+            g.type_match(source, value)  # a long list of constants: one check for all its items
+            g.items_match(source, "0", value)
+            items = [ConstantVariable(v, item_source(source, i)) for i, v in enumerate(value)]
+        else:
+            g.len_match(source, value)
+            items = [wrap(tx, v, item_source(source, i)) for i, v in enumerate(value)]
         vt = TupleVariable(items, source) if type(value) is tuple else ListVariable(items, source)
         out.id_cache[id(value)] = vt
         return vt
