@@ -149,3 +149,52 @@ def test_max_pool_values_kernel(args, fmt):
         ref_i = F.max_pool2d(x * 2, return_indices=True, **args)
         torch.testing.assert_close(got_i[0], ref_i[0], equal_nan=True)
         torch.testing.assert_close(got_i[1], ref_i[1])
+
+
+def _compile_aten(fn, *args):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchkiln.codegen import compile_fx_inner
+    from torchkiln.codegen.decompositions import decompositions
+
+    gm = make_fx(fn, decomposition_table=decompositions())(*args)
+    vals = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    with config.patch(debug=True, fx_graph_cache=False):
+        return compile_fx_inner(gm, vals)
+
+
+def test_channels_last_kernel_loops_channels_innermost():
+    """A pointwise kernel storing channels-last loops N, H, W, C: its vector loop
+    reads and writes consecutive elements (it looped over W with stride C)."""
+    from torchkiln.codegen.scheduler import loop_order
+
+    assert loop_order([0, 1, 2, 3], [800, 1, 80, 8]) == [0, 2, 3, 1]
+    assert loop_order([0, 1, 2, 3], [800, 100, 10, 1]) == [0, 1, 2, 3]
+    w1, w2 = torch.randn(8, 3, 3, 3), torch.randn(8, 8, 3, 3)
+
+    def fn(x, scale):
+        y = torch.relu(torch.ops.aten.convolution(x, w1, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1) * scale)
+        return (torch.ops.aten.convolution(y, w2, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),)
+
+    x, scale = torch.randn(2, 3, 10, 10), torch.randn(1, 8, 1, 1)
+    compiled = _compile_aten(fn, x, scale)
+    src = compiled.kernel_source
+    assert "for (int64_t x3 = 0; x3 < 8; x3++)" in src  # channels innermost
+    torch.testing.assert_close(compiled(x, scale)[0], fn(x, scale)[0], atol=1e-3, rtol=1e-4)
+
+
+def test_channels_last_max_pool_is_aten():
+    """Max pooling of a channels-last value runs ATen's NHWC kernel (vectorized over
+    channels), with the batch norm/ReLU before it a kernel of its own."""
+    w = torch.randn(8, 3, 3, 3)
+
+    def fn(x):
+        y = torch.relu(torch.ops.aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1) + 1)
+        return (torch.ops.aten.max_pool2d_with_indices(y, [3, 3], [2, 2], [1, 1])[0],)
+
+    x = torch.randn(2, 3, 10, 10)
+    compiled = _compile_aten(fn, x)
+    assert "kiln_maximum(t" not in compiled.kernel_source  # the window is ATen's
+    out, ref = compiled(x)[0], fn(x)[0]
+    torch.testing.assert_close(out, ref)
+    assert out.stride() == ref.stride()

@@ -1,8 +1,8 @@
-"""Wall-clock timing and peak memory of a benchmark step.
+"""Timing and peak memory of a benchmark step.
 
-Times are medians of ``repeat`` calls after ``warmup`` calls (CUDA is synchronised
-around each call).  Peak memory is ``torch.cuda.max_memory_allocated`` on a GPU; on
-CPU, where tracemalloc does not see torch's allocations, it is the process's resident
+Times are wall-clock (CUDA is synchronised around each call), or the calling
+thread's CPU time for CPU steps at one thread (:func:`cpu_clock`).  Peak memory is
+``torch.cuda.max_memory_allocated`` on a GPU; on CPU, where tracemalloc does not see torch's allocations, it is the process's resident
 set size high-water mark (``resource.getrusage``), reset first through
 ``/proc/self/clear_refs`` where Linux allows it, so that it covers the measured steps
 only.  RSS includes the weights, the Python runtime and memory the allocator keeps.
@@ -26,13 +26,26 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def timed(fn: Callable, device: str):
-    """``(result, seconds)`` of one call of ``fn``."""
+def cpu_clock(device: str, threads: int) -> Callable[[], float] | None:
+    """The clock of CPU steady-state steps, None on a GPU (wall time, median).
+
+    At one thread every ATen and generated kernel runs on the calling thread, so its
+    CPU time (``time.thread_time``) is the step's cost without the time other processes
+    of a shared machine took from it; with more threads, wall time (worker threads'
+    work is not on the caller's clock).  The suite takes the minimum of the steps."""
+    if str(device).startswith("cuda"):
+        return None
+    return time.thread_time if threads == 1 else time.perf_counter
+
+
+def timed(fn: Callable, device: str, clock: Callable[[], float] | None = None):
+    """``(result, seconds)`` of one call of ``fn`` on ``clock`` (wall time by default)."""
+    clock = clock or time.perf_counter
     _sync(device)
-    start = time.perf_counter()
+    start = clock()
     out = fn()
     _sync(device)
-    return out, time.perf_counter() - start
+    return out, clock() - start
 
 
 def median_seconds(fn: Callable, device: str, warmup: int, repeat: int) -> float:

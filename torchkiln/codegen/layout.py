@@ -88,6 +88,16 @@ def prefers_channels_last(data, size) -> bool:
     return False
 
 
+def channels_last_input(box) -> bool:
+    """Whether ``box`` is (or, realized for an extern call, will be) stored
+    channels-last: a channels-last buffer, or a pointwise value :func:`prefers_channels_last`."""
+    data = box.data if isinstance(box, TensorBox) else box
+    if isinstance(data, (Buffer, ReinterpretView)):
+        return data.layout is not None and len(data.layout.size) == 4 and is_channels_last(data.layout) \
+            and not all(sympy.sympify(s) == 1 for s in data.layout.size[1:2])
+    return prefers_channels_last(data, box.get_size())
+
+
 def _loads(value):
     stack, seen = [value], set()
     while stack:

@@ -863,7 +863,10 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     """Values only, as a generated kernel, when nothing reads the indices (inference):
     the max over each window, positions outside the input skipped, NaN propagating
     (ATen's ``val > max || isnan(val)``); fused with the batch norm/ReLU before it.
-    Otherwise (indices used, integer dtypes, windows over 16 elements) ATen's kernel."""
+    Otherwise (indices used, integer dtypes, windows over 16 elements, and a
+    channels-last input on CPU) ATen's kernel: its NHWC kernel is vectorized over
+    channels, where gcc leaves the generated window of padded loads scalar
+    (hf_resnet's stem pooling: 0.2 ms in ATen, 5.3 ms generated with BN+ReLU fused)."""
     node = current_graph().current_node
     indices_used = any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users)
     def pair(v):
@@ -873,7 +876,8 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     ks, pd, dl = pair(kernel_size), pair(padding), pair(dilation)
     st = pair(stride) if (isinstance(stride, int) or len(stride)) else ks
     if (indices_used or not x.dtype.is_floating_point or len(x.get_size()) not in (3, 4)
-            or not all(isinstance(v, int) for v in ks + st + pd + dl) or ks[0] * ks[1] > 16):
+            or not all(isinstance(v, int) for v in ks + st + pd + dl) or ks[0] * ks[1] > 16
+            or (x.device.type == "cpu" and layout_opt.channels_last_input(x))):
         return make_extern(aten.max_pool2d_with_indices.default, [x, kernel_size, stride, padding, dilation, ceil_mode],
                            {}, fallback=False)
     values = out_val()[0]

@@ -28,7 +28,8 @@ import torch
 
 from . import ir
 from .ir import BufferArg, Load, Loop, Masked, Op, Reduce, ReductionValue, Store
-from .nodes import ComputedBuffer, ExternKernel, InputBuffer, MultiOutput, MutationBuffer, Reduction, Scatter, cast
+from .nodes import (ComputedBuffer, ExternKernel, InputBuffer, MultiOutput, MutationBuffer, Pointwise, Reduction, Scatter,
+                    cast)
 
 
 class NotFusable(Exception):
@@ -47,8 +48,10 @@ class SchedulerNode:
         size = list(data.get_size())
         self.size = size
         self.keep = [i for i, s in enumerate(size) if s != 1]
-        self.ranges = [size[i] for i in self.keep]
         self.is_reduction = isinstance(data, Reduction)
+        if isinstance(data, Pointwise) and buf.layout.device.type == "cpu":
+            self.keep = loop_order(self.keep, buf.layout.stride)
+        self.ranges = [size[i] for i in self.keep]
         if self.is_reduction:
             rsize = list(data.reduction_ranges)
             self.rsize = rsize
@@ -77,6 +80,19 @@ class SchedulerNode:
         if self.is_reduction:
             return data.inner_fn(idx, self._full(rs, self.rsize, self.rkeep))
         return data.inner_fn(idx)
+
+
+def loop_order(keep: list, strides: list) -> list:
+    """The dims ``keep`` of a pointwise store in loop order, outermost first: by
+    decreasing stride of the stored layout, so that the innermost (vectorized) loop
+    writes consecutive elements.  A channels-last [N, C, H, W] result loops N, H, W, C
+    (as TorchInductor's stride-ordered iteration); the given order when a stride is
+    symbolic or the strides already decrease."""
+    picked = [strides[i] for i in keep]
+    if not all(sympy.sympify(st).is_Integer for st in picked):
+        return keep
+    order = sorted(range(len(keep)), key=lambda j: -int(picked[j]))  # stable: ties keep their order
+    return [keep[j] for j in order]
 
 
 def _loaded_buffers(value, seen=None):
