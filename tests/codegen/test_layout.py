@@ -198,3 +198,20 @@ def test_channels_last_max_pool_is_aten():
     out, ref = compiled(x)[0], fn(x)[0]
     torch.testing.assert_close(out, ref)
     assert out.stride() == ref.stride()
+
+
+def test_max_pool_default_args_keep_channels_last():
+    """max_pool2d_with_indices called with its defaults left out (MaxPool2d(2)): the
+    result is declared channels-last as ATen returns it, not copied to NCHW and back
+    before the next convolution."""
+    w1, w2 = torch.randn(8, 3, 3, 3), torch.randn(4, 8, 3, 3)
+
+    def fn(x):
+        y = torch.relu(torch.ops.aten.convolution(x, w1, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+        p = torch.ops.aten.max_pool2d_with_indices(y, [2, 2], [2, 2])[0]
+        return (torch.ops.aten.convolution(p, w2, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),)
+
+    x = torch.randn(2, 3, 10, 10)
+    compiled = _compile_aten(fn, x)
+    assert "(200, 1, 40, 8, )" in compiled.source
+    torch.testing.assert_close(compiled(x)[0], fn(x)[0], atol=1e-3, rtol=1e-4)

@@ -1211,6 +1211,8 @@ def _restrided_val(op, args, fx_args, fx_kwargs, val):
             fakes = []
             for i, f in enumerate(fx_args):
                 fake = torch.fx.node.map_arg(f, lambda n: n.meta.get("val")) if isinstance(f, (torch.fx.Node, list, tuple)) else f
+                if f is None and i < len(args) and isinstance(args[i], (int, float, bool, list, tuple)):
+                    fake = args[i]  # a default the graph's call left out (max pooling's padding)
                 if i in changed:
                     fake = torch.empty_strided(fake.shape, changed[i], dtype=fake.dtype, device=fake.device)
                 fakes.append(fake)
