@@ -142,3 +142,67 @@ def test_break_counter_bounded_in_a_long_loop():
     x = randn(2)
     assert same(f(x), opt(x))
     assert sum(counters["graph_break"].values()) <= 12
+
+
+def _same_outcome(fn, *args):
+    """``fn`` compiled and eagerly on deep copies: same result, same mutated arguments."""
+    import copy
+
+    torchkiln.reset()
+    eager_args, comp_args = copy.deepcopy(args), copy.deepcopy(args)
+    expected = fn(*eager_args)
+    got = torchkiln.compile(fn, backend="eager")(*comp_args)
+    assert same(expected, got) and repr(expected) == repr(got), (expected, got)
+    assert repr(eager_args) == repr(comp_args), (eager_args, comp_args)
+    for a, b in zip(eager_args, comp_args):
+        if isinstance(a, dict):
+            assert [type(k) for k in a] == [type(k) for k in b]
+
+
+def test_dict_setitem_delitem_in_a_loop_match_cpython():
+    """d[k] = v / del d[k] on a tracked dict (no native round trip of the whole dict):
+    an existing key keeps its key object and position, a new key goes last."""
+    import collections
+
+    def f(d, x):
+        for k in range(6):
+            d[k] = k * 10
+        d[1.0] = "one"   # equal to 1: keeps the int key and its place
+        d[True] = "true"
+        for k in (0, 2, 4):
+            del d[k]
+        d[0] = "zero"
+        try:
+            del d[99]
+        except KeyError:
+            d["missing"] = 1
+        return x + len(d), list(d.items())
+
+    x = randn(2)
+    _same_outcome(f, {"a": 1, 3: 3}, x)
+    _same_outcome(f, collections.OrderedDict(a=1), x)
+    _same_outcome(f, collections.defaultdict(list, a=[1]), x)
+
+    def g(c):
+        del c["nope"]  # a Counter forgives a missing key
+        c["a"] += 2
+        return c
+
+    _same_outcome(g, collections.Counter("aab"))
+
+
+def test_list_append_in_a_loop_is_the_callers_list():
+    def f(lst, x):
+        out = []
+        for i in range(20):
+            lst.append(i)
+            out.append(x * i)
+        it = iter(lst)
+        lst.append("end")
+        return lst, out, list(it)
+
+    _same_outcome(f, [1, 2], randn(2))
+    torchkiln.reset()
+    lst = []
+    opt = torchkiln.compile(lambda l: (l.append(3), l)[1], backend="eager")
+    assert opt(lst) is lst and lst == [3]

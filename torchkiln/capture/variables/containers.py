@@ -75,6 +75,10 @@ class BaseListVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         if name == "__getitem__" and len(args) == 1 and not kwargs:
             return self.getitem(tx, args[0])
+        if name == "append" and len(args) == 1 and not kwargs and type(self) is ListVariable:
+            self.items.append(args[0])  # a loop's append: no native round trip of the whole list
+            tx.output.side_effects.mutate(self)
+            return ConstantVariable(None)
         from .native import call_native_method
 
         return call_native_method(tx, self, name, args, kwargs)
@@ -244,6 +248,7 @@ def dict_key(vt):
     unsupported(f"dict key {vt}")
 
 
+_PLAIN_DICTS = (dict, collections.OrderedDict, collections.defaultdict)
 _KEY_METHODS = {"__setitem__", "__delitem__", "get", "pop", "setdefault", "__contains__", "add", "discard", "remove",
                 "move_to_end"}
 
@@ -314,7 +319,16 @@ class DictVariable(VariableTracker):
         if name == "__getitem__" and len(args) == 1 and not kwargs:
             return self.getitem(tx, args[0])
         if name in _KEY_METHODS and args:
-            dict_key(args[0])  # a non-constant key must be one identity hashing describes
+            key = dict_key(args[0])  # a non-constant key must be one identity hashing describes
+            if name in ("__setitem__", "__delitem__") and self.user_cls in _PLAIN_DICTS and not kwargs and len(
+                    args) == (2 if name == "__setitem__" else 1) and (name == "__setitem__" or key in self.items):
+                # d[k] = v / del d[k] in a loop: no native round trip of the whole dict
+                if name == "__delitem__":
+                    del self.items[key]
+                else:  # an existing key keeps its key object and position, as CPython's dict
+                    self.items[key] = (self.items[key][0] if key in self.items else args[0], args[1])
+                tx.output.side_effects.mutate(self)
+                return ConstantVariable(None)
         from .native import call_native_method
 
         return call_native_method(tx, self, name, args, kwargs)

@@ -39,6 +39,34 @@ def active_tx():
 
 _LIST_ITERATOR = type(iter([]))
 _REVERSED_LIST_ITERATOR = type(reversed([]))
+# The tracker classes real() / wrap() test against, imported on first use (the modules
+# import this one): a function-level import per item cost more than the conversion.
+_PLAIN_CONSTANTS = frozenset({int, float, str, bytes, bool, type(None)})
+_REAL_NAMES: tuple = ()
+_WRAP_NAMES: tuple = ()
+
+
+def _real_names() -> tuple:
+    global _REAL_NAMES
+    from .builtin import BuiltinVariable, is_pure_builtin
+    from .builder import is_constant
+    from .containers import BaseListVariable, DequeVariable, DictVariable, DictViewVariable, IdKey, SetVariable
+    from .user_defined import UserDefinedClassVariable
+
+    _REAL_NAMES = (BuiltinVariable, is_pure_builtin, is_constant, BaseListVariable, DequeVariable, DictVariable,
+                   DictViewVariable, IdKey, SetVariable, UserDefinedClassVariable)
+    return _REAL_NAMES
+
+
+def _wrap_names() -> tuple:
+    global _WRAP_NAMES
+    from .builder import wrap_constant_like
+    from .containers import (DequeVariable, DictVariable, DictViewVariable, IdKey, ListIteratorVariable,
+                             ListVariable, NamedTupleVariable, SetVariable, SizeVariable, TupleVariable)
+
+    _WRAP_NAMES = (wrap_constant_like, DequeVariable, DictVariable, DictViewVariable, IdKey, ListIteratorVariable,
+                   ListVariable, NamedTupleVariable, SetVariable, SizeVariable, TupleVariable)
+    return _WRAP_NAMES
 
 
 class NativeCall:
@@ -53,12 +81,11 @@ class NativeCall:
 
     # -- trackers -> real values --------------------------------------------------------
     def real(self, vt):
-        from .builtin import BuiltinVariable, is_pure_builtin
-        from .builder import is_constant
-        from .containers import (BaseListVariable, DequeVariable, DictVariable, DictViewVariable, IdKey,
-                                 SetVariable)
-        from .user_defined import UserDefinedClassVariable
-
+        if type(vt) is ConstantVariable and type(vt.value) in _PLAIN_CONSTANTS:  # the common item: no bookkeeping
+            self.back.setdefault(id(vt.value), vt)  # ``vt`` keeps its value (and so its id) alive
+            return vt.value
+        (BuiltinVariable, is_pure_builtin, is_constant, BaseListVariable, DequeVariable, DictVariable,
+         DictViewVariable, IdKey, SetVariable, UserDefinedClassVariable) = _REAL_NAMES or _real_names()
         key = id(vt)
         if key in self.memo:
             return self.memo[key]
@@ -112,10 +139,8 @@ class NativeCall:
 
     # -- real values -> trackers --------------------------------------------------------
     def wrap(self, value):
-        from .builder import wrap_constant_like
-        from .containers import (DequeVariable, DictVariable, DictViewVariable, IdKey, ListIteratorVariable,
-                                 ListVariable, NamedTupleVariable, SetVariable, SizeVariable, TupleVariable)
-
+        (wrap_constant_like, DequeVariable, DictVariable, DictViewVariable, IdKey, ListIteratorVariable, ListVariable,
+         NamedTupleVariable, SetVariable, SizeVariable, TupleVariable) = _WRAP_NAMES or _wrap_names()
         vt = self.back.get(id(value))
         if vt is not None:
             return vt
