@@ -173,3 +173,29 @@ def test_check_message_of_data_dependent_value_breaks():
     torch.testing.assert_close(opt(torch.randn(4).zero_(), torch.tensor(2)), torch.ones(2))
     with pytest.raises(ValueError, match="^k=9 too large$"):
         opt(torch.randn(4), torch.tensor(9))
+
+
+@both
+def test_symfloat_item_is_a_kernel_argument(device):
+    # a float .item() reaches pointwise kernels and a reduction's epilogue as a scalar
+    # argument (C++ double, Triton fp32), bound by the wrapper: no eager fallback
+    def f(x, y):
+        s = y.sum().item()
+        return (x * s + 1).relu(), x.sum(0) / s, torch.full_like(x, 2.0) * (s * 0.5 + x.size(0))
+
+    fallbacks = torchkiln.codegen.metrics.eager_fallbacks
+    opt = _checked(torchkiln.compile(f, fullgraph=True, dynamic=True))
+    for n in (6, 9):
+        x, y = torch.randn(n, 4, device=device), torch.randn(3, device=device)
+        torch.testing.assert_close(opt(x, y), f(x, y))
+    assert torchkiln.codegen.metrics.eager_fallbacks == fallbacks
+
+
+def test_symfloat_from_sizes_in_kernel(device):
+    def f(x):
+        return x * (x.size(0) ** 0.5) + x.size(1) / 3
+
+    opt = _checked(torchkiln.compile(f, dynamic=True, fullgraph=True))
+    for shape in ((6, 4), (9, 5)):
+        x = torch.randn(*shape, device=device)
+        torch.testing.assert_close(opt(x), f(x))

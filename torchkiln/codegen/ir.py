@@ -281,6 +281,12 @@ def sympy_product(items) -> sympy.Expr:
     return functools.reduce(lambda a, b: a * b, items, sympy.Integer(1))
 
 
+def is_float_symbol(s: sympy.Symbol) -> bool:
+    """A SymFloat's symbol (``zuf0`` from a float ``.item()``, ``zf0`` a float input): a
+    kernel takes it as a double (C++) / fp32 (Triton) scalar argument, not an int64 size."""
+    return s.name.startswith(("zuf", "zf"))
+
+
 def index_vars(prefix: str, n: int) -> list[sympy.Symbol]:
     """``x0..x{n-1}`` (or ``r0..``): integer, non-negative index symbols."""
     return [sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n)]

@@ -453,9 +453,6 @@ def make_kernel(name, plan: KernelPlan, loops, graph, device) -> ir.FusedKernel:
         symbols.update(sympy.sympify(r).free_symbols)
     local = set(xs) | set(rs) | {s for s in symbols if s.name.startswith("i")}
     size_args = sorted((s for s in symbols if s not in local), key=lambda s: s.name)
-    for s in size_args:
-        if s.name.startswith(("zuf", "zf")):  # a SymFloat (x * y.item() on a float y): kernels take int64 sizes only
-            raise NotImplementedError(f"kernel argument {s} is not an integer")
     buffers = [BufferArg(b, dt, b in stored) for b, dt in dtypes.items()]
     return ir.FusedKernel(name, device, list(plan.ranges), list(plan.rranges), xs, rs, loops, buffers, size_args,
                           {s: size_hints[s] for s in size_args if s in size_hints})

@@ -13,6 +13,7 @@ from ...cache.store import touch, write_atomic
 from ...utils.paths import cache_dir
 from .. import bounds, config
 from ..generators import KernelGenerator
+from ..ir import is_float_symbol
 from . import vecmath
 from .build import start_build
 from .kernel import render_kernel
@@ -61,13 +62,20 @@ class CppGenerator(KernelGenerator):
         return self._source
 
 
+def _kinds(k) -> str:
+    """A kernel's size arguments as ``"i"`` (int64) / ``"f"`` (double, a SymFloat) letters."""
+    kinds = getattr(k, "kinds", None)
+    return kinds if kinds is not None else "".join("f" if is_float_symbol(s) else "i" for s in k.size_args)
+
+
 def _bind(lib, kernels: list, sites: dict) -> dict:
     """ctypes functions with their argtypes set, the thread-count synchronizer and the
     raiser of index errors (``_kiln_index_error(kernel_name)``)."""
     out = {}
     for k in kernels:
         fn = getattr(lib, k.name)
-        fn.argtypes = [ctypes.c_void_p] * len(k.buffers) + [ctypes.c_int64] * len(k.size_args)
+        fn.argtypes = [ctypes.c_void_p] * len(k.buffers) + [ctypes.c_double if kind == "f" else ctypes.c_int64
+                                                            for kind in _kinds(k)]
         fn.restype = ctypes.c_int if k.name in sites else None
         out[k.name] = fn
     if sites:
@@ -130,7 +138,7 @@ class PendingKernels:
         _, path = self._build.result()
         with open(path, "rb") as f:
             binary = f.read()
-        kernels = [[k.name, len(k.buffers), len(k.size_args)] for k in self._kernels]
+        kernels = [[k.name, len(k.buffers), len(k.size_args), _kinds(k)] for k in self._kernels]
         sites = {name: [list(site) for site in s] for name, s in self._sites.items()}
         return {"kernels": kernels, "sites": sites, "so_sha256": hashlib.sha256(binary).hexdigest()}, {"so": binary}
 
@@ -157,7 +165,8 @@ def load_cached_kernels(meta: dict, blobs: dict) -> dict:
         write_atomic(path, binary)
     else:
         touch(path)
-    kernels = [types.SimpleNamespace(name=name, buffers=[None] * nbuf, size_args=[None] * nsize)
-               for name, nbuf, nsize in meta["kernels"]]
+    kernels = [types.SimpleNamespace(name=name, buffers=[None] * nbuf, size_args=[None] * nsize,
+                                     kinds=kinds[0] if kinds else "i" * nsize)
+               for name, nbuf, nsize, *kinds in meta["kernels"]]
     sites = {name: [tuple(site) for site in s] for name, s in meta["sites"].items()}
     return _bind(ctypes.CDLL(path), kernels, sites)

@@ -17,7 +17,7 @@ import torch
 from .. import config
 from ..ir import (
     TRANSCENDENTAL, Constant, FusedKernel, IndexValue, Load, Loop, Masked, Op, Reduce, ReductionValue, Store,
-    welford_m2, welford_mean,
+    is_float_symbol, welford_m2, welford_mean,
 )
 from ..printers import cexpr
 
@@ -303,7 +303,7 @@ class CppKernel:
         for b in k.buffers:
             const = "" if b.stored else "const "
             params.append(f"{const}{ctype(b.dtype)}* __restrict__ {b.name}")
-        params += [f"int64_t {s}" for s in k.size_args]
+        params += [f"{'double' if is_float_symbol(s) else 'int64_t'} {s}" for s in k.size_args]
         lines = [f'extern "C" void {k.name}({", ".join(params)}) {{']
         work = cexpr(k.numel * k.reduction_numel) if k.reduction_ranges else cexpr(k.numel)
         ranges = list(k.ranges)

@@ -522,6 +522,9 @@ class KernelRenderer:
         names = [b.name for b in k.buffers]
         sizes = [str(s) for s in k.size_args]
         lines = [f"def {k.name}_launch({', '.join(names + sizes + ([] if interpret else ['_cu=None']))}):"]
+        # a SymFloat argument is always a Python float (Triton types it fp32); not a size
+        lines += [f"    {s} = float({s})" for s in k.size_args if ir.is_float_symbol(s)]
+        int_sizes = [str(s) for s in k.size_args if not ir.is_float_symbol(s)]
         if k.device.type == "cuda":
             # A graph on CUDA may read CPU tensors (eager allows 0-dim CPU operands);
             # a GPU kernel cannot, so copy them over.
@@ -567,7 +570,7 @@ class KernelRenderer:
             else:
                 key = (["_cu[0]", "warps", "XBLOCK"] + (["RBLOCK", "persistent"] if len(fns) == 2 else []) + ["idx64"]
                        + [f"{n}.data_ptr() % 16 == 0" for n in names] + [f"_rt.int_spec({v})" for v in specialized])
-            key += [f"({' | '.join(sizes)}) > 0x7fffffff"] if sizes else []
+            key += [f"({' | '.join(int_sizes)}) > 0x7fffffff"] if int_sizes else []
             lines += ["    if _cu is None:", "        _cu = _rt.cuda_context()",
                       f"    L = {launcher}",
                       f"    key = ({', '.join(key)})",
