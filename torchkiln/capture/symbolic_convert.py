@@ -753,6 +753,8 @@ class InstructionTranslatorBase:
     def FORMAT_VALUE(self, inst):
         spec = self.pop().as_python_constant() if inst.arg & 0x04 else ""
         value = self.pop()
+        if isinstance(value, SymNodeVariable):
+            value = value.specialize()  # guarded, as torch.compile does
         if not value.is_python_constant():
             unsupported("f-string of a non-constant value")
         value = value.as_python_constant()
@@ -1117,13 +1119,17 @@ class InstructionTranslator(InstructionTranslatorBase):
         if not self.output.symbol_sources:
             return
         placeholders = [i.node.meta["example_value"] for i in self.output.inputs]
-        if not any(isinstance(p, torch.SymInt) or isinstance(p, torch.Tensor) and any(
+        # A size specialized during the trace (a dict key, an f-string) reads as an int now;
+        # TENSOR_MATCH was made before and left it free: ShapeEnv guards its value then.
+        replaced = shape_env.replacements
+        specialized = any(getattr(replaced.get(sym), "is_number", False) for sym in self.output.symbol_sources)
+        if not specialized and not any(isinstance(p, torch.SymInt) or isinstance(p, torch.Tensor) and any(
                 not isinstance(s, int) for s in p.shape) for p in placeholders):
             return
         from .variables.builder import _DynamicSource
 
         sources = [_DynamicSource(i.source) for i in self.output.inputs]
-        exprs = shape_env.produce_guards(placeholders, sources)
+        exprs = shape_env.produce_guards(placeholders, sources, ignore_static=not specialized)
         for expr in exprs:
             g.add(expr, size_of=None)
 

@@ -114,6 +114,11 @@ class ConstantVariable(ValueVariable):
         or a ``str`` subclass's own) is inlined, so its side effects happen at run time,
         on every call; a C method of another type is a graph break."""
         method = pure_method(self.value, name)
+        if method is not None and name in ("format", "__mod__", "format_map") and isinstance(self.value, str):
+            from .tensor import specialize_symbolic  # "{}".format(n) of a SymInt: its guarded value
+
+            args = [specialize_symbolic(a) for a in args]
+            kwargs = {k: specialize_symbolic(v) for k, v in kwargs.items()}
         if method is not None and all(_plain_arg(a) for a in args) and all(_plain_arg(v) for v in kwargs.values()):
             try:
                 result = method(self.value, *[a.as_python_constant() for a in args],

@@ -13,7 +13,7 @@ import operator
 
 import torch
 
-from .base import ConstantVariable, VariableTracker, unsupported
+from .base import ConstantVariable, VariableTracker, is_plain_constant, pure_method, unsupported
 
 
 def vt_equal(tx, a, b) -> bool:
@@ -127,6 +127,14 @@ class BuiltinVariable(VariableTracker):
             unsupported("print() (a call with Python side effects)")
         from .iterators import build_iter, build_native_iterator, iterator_ctor
 
+        if fn in (str, repr, format, ascii) and args:  # of a SymInt: its guarded value, as torch.compile does
+            from .tensor import specialize_symbolic
+
+            args = [specialize_symbolic(a) for a in args]
+        owner = getattr(fn, "__self__", None)
+        if owner is not None and is_plain_constant(owner) and pure_method(owner, getattr(fn, "__name__", "")):
+            # "{}".format looked up on a constant: the constant's own method rules
+            return ConstantVariable(owner).call_method(tx, fn.__name__, args, kwargs)
         if iterator_ctor(fn):  # lazy, its real type kept (variables/iterators.py)
             return build_native_iterator(tx, fn, args, kwargs)
         if fn is iter and len(args) == 1 and not kwargs:

@@ -233,10 +233,14 @@ class IdKey:
 
 
 def dict_key(vt):
+    """The key ``vt`` hashes as in a dict or set tracker (a symbolic int is specialized to
+    its guarded value, as torch.compile does for dict keys)."""
     if vt.is_python_constant():
         return vt.as_python_constant()
-    from .tensor import TensorVariable
+    from .tensor import SymNodeVariable, TensorVariable
 
+    if isinstance(vt, SymNodeVariable):
+        return vt.specialize().value
     if isinstance(vt, TensorVariable):
         return IdKey(vt)
     if hasattr(vt, "value"):
@@ -264,6 +268,7 @@ class DictVariable(VariableTracker):
 
     @classmethod
     def from_pairs(cls, pairs, user_cls=dict):
+        pairs = [(_key_tracker(k), v) for k, v in pairs]
         return cls({dict_key(k): (k, v) for k, v in pairs}, user_cls)
 
     def python_type(self):
@@ -316,6 +321,8 @@ class DictVariable(VariableTracker):
         return make
 
     def call_method(self, tx, name, args, kwargs):
+        if (name in _KEY_METHODS or name == "__getitem__") and args:
+            args = [_key_tracker(args[0]), *args[1:]]
         if name == "__getitem__" and len(args) == 1 and not kwargs:
             return self.getitem(tx, args[0])
         if name in _KEY_METHODS and args:
@@ -368,10 +375,18 @@ class DictViewVariable(VariableTracker):
         return lambda rt: getattr(owner(rt), kind)()
 
 
+def _key_tracker(vt):
+    """A key as a dict or set stores it: a symbolic int specialized to its guarded value."""
+    from .tensor import specialize_symbolic
+
+    return specialize_symbolic(vt)
+
+
 class SetVariable(VariableTracker):
     """A set of constants (or identity-keyed trackers)."""
 
     def __init__(self, items, source=None, frozen=False):
+        items = [_key_tracker(i) for i in items]
         self.items = {dict_key(i): i for i in items}
         self.source = source
         self.frozen = frozen
@@ -403,6 +418,7 @@ class SetVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         if name in _KEY_METHODS and args:
+            args = [_key_tracker(args[0]), *args[1:]]
             dict_key(args[0])
         from .native import call_native_method
 

@@ -161,6 +161,14 @@ class SymNodeVariable(VariableTracker):
         with data_dependent_break("converting to a Python int"):
             return int(self.example)
 
+    def specialize(self) -> ConstantVariable:
+        """Its current value as a constant, guarded (a ShapeEnv guard ``s0 == 3``: another
+        value recompiles), as torch.compile does where a Python value is needed: a dict or
+        set key, ``str()``/``repr()``/``format()``, an f-string."""
+        cast = self.python_type()
+        with data_dependent_break(f"using as a Python {cast.__name__}"):
+            return ConstantVariable(cast(self.example))
+
     def reconstruct(self, cg):
         return cg.graph_output(self)
 
@@ -169,3 +177,8 @@ class SymNodeVariable(VariableTracker):
 
     def __repr__(self):
         return f"SymNodeVariable({self.example})"
+
+
+def specialize_symbolic(vt):
+    """``vt``, or its guarded constant value when it is a symbolic int/float/bool."""
+    return vt.specialize() if isinstance(vt, SymNodeVariable) else vt
