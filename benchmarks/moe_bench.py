@@ -1,8 +1,8 @@
 """Mixture-of-experts benchmark (not a test): data-dependent shapes in one graph or many.
 
 A top-k routed MoE layer (``torchkiln.bench.models.moe.MoE``, the suite's ``moe``: 8
-experts, top-2, d=256, hidden=512, 512 tokens, float32, CPU, ``torch.set_num_threads(1)``): routing weights from a softmax gate, per-expert
-token counts from ``bincount`` turned into split sizes with ``.tolist()``, a loop over the
+experts, top-2, d=256, hidden=512, 512 tokens, float32, CPU, ``torch.set_num_threads(1)``):
+routing weights from a softmax gate, per-expert token counts from ``bincount`` turned into split sizes with ``.tolist()``, a loop over the
 experts (gather, two matmuls, ``index_add``).  Compiled with and without
 ``capture_scalar_outputs`` + ``capture_dynamic_output_shape_ops``:
 
@@ -11,16 +11,20 @@ experts (gather, two matmuls, ``index_add``).  Compiled with and without
   call, and after the training step and 8 inference calls on other inputs (other token
   counts per expert: without the settings the counts are specialised, so recompiles);
 * steady-state time of an inference call and of a training step (forward, ``.pow(2).sum()``,
-  backward), median of repeats, eager / torchkiln / torch.compile side by side in this one
-  process, with ratios to eager.
+  backward), eager / torchkiln / torch.compile side by side in this one process, timed in
+  interleaved rounds (every variant once per round; the median per variant), with ratios
+  to eager.  Each variant compiles its own copy of the model (a ``forward`` code object of
+  its own, so the capture caches do not mix) and runs every call under its settings.
 
 Run: ``python benchmarks/moe_bench.py [--device cuda] [--repeats N]``.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import time
+import types
 import warnings
 
 import torch
@@ -37,45 +41,60 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def timed(fn, device, repeats, inner=5):
-    for _ in range(3):
-        fn()
-    _sync(device)
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        _sync(device)
-        samples.append((time.perf_counter() - start) / inner)
-    return statistics.median(samples)
+def _own_copy(model):
+    """A deep copy of ``model`` whose ``forward`` has a code object of its own: capture
+    caches (torchkiln's and torch.compile's) are per code object, so each variant keeps
+    its own compiled entries and all can be timed side by side in this process."""
+    fwd = type(model).forward
+    cls = type(type(model).__name__, (type(model),), {
+        "forward": types.FunctionType(fwd.__code__.replace(), fwd.__globals__, fwd.__name__, fwd.__defaults__,
+                                      fwd.__closure__)})
+    twin = copy.deepcopy(model)
+    twin.__class__ = cls
+    return twin
 
 
 def variants(model):
-    """name -> (make compiled model, graph count after the first call)."""
+    """name -> (callable model, graph counter): each runs under its own settings."""
     import torch._dynamo  # the peer, for comparison only
 
     def kiln(settings):
-        def make():
-            torchkiln.reset()
+        compiled = torchkiln.compile(_own_copy(model))
+
+        def call(x):
             with torchkiln.config.patch(**settings):
-                return torchkiln.compile(model)
-        return make, lambda: torchkiln.counters["stats"]["unique_graphs"]
+                return compiled(x)
+        return call, compiled, lambda: torchkiln.counters["stats"]["unique_graphs"]
 
     def peer(settings):
-        def make():
-            torch._dynamo.reset()
-            torch._dynamo.utils.counters.clear()
+        compiled = torch.compile(_own_copy(model))
+
+        def call(x):
             with torch._dynamo.config.patch(**settings):
-                return torch.compile(model)
-        return make, lambda: torch._dynamo.utils.counters["stats"]["unique_graphs"]
+                return compiled(x)
+        return call, compiled, lambda: torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
     return {
-        "torchkiln, settings on": (*kiln(SETTINGS), SETTINGS, torchkiln.config),
-        "torchkiln, settings off": (*kiln({}), {}, torchkiln.config),
-        "torch.compile, settings on": (*peer(SETTINGS), SETTINGS, torch._dynamo.config),
-        "torch.compile, settings off": (*peer({}), {}, torch._dynamo.config),
+        "torchkiln, settings on": kiln(SETTINGS),
+        "torchkiln, settings off": kiln({}),
+        "torch.compile, settings on": peer(SETTINGS),
+        "torch.compile, settings off": peer({}),
     }
+
+
+def interleaved(fns: dict, device, repeats, inner=3) -> dict:
+    """Median seconds per call of each function, timed in rounds (every function once
+    per round, ``inner`` calls each), so that load that comes and goes on a shared
+    machine hits every variant alike."""
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            _sync(device)
+            samples[name].append((time.perf_counter() - start) / inner)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def main():
@@ -90,9 +109,10 @@ def main():
     model = MoE().to(device)
     x = torch.randn(args.tokens, 256, device=device)
 
-    def step(m):
+    def step(m, params):
         def run():
-            m.zero_grad(set_to_none=True)
+            for p in params:
+                p.grad = None
             m(x).pow(2).sum().backward()
         return run
 
@@ -102,28 +122,32 @@ def main():
                 m(x)
         return run
 
-    rows = [("eager", "-", timed(infer(model), device, args.repeats), timed(step(model), device, args.repeats), "-")]
-    for name, (make, graphs, settings, cfg) in variants(model).items():
-        with cfg.patch(**settings), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compiled = make()
-            with torch.no_grad():
-                ref = model(x)
-                torch.testing.assert_close(compiled(x), ref, rtol=1e-4, atol=1e-4)
-            count = graphs()
-            inf_t = timed(infer(compiled), device, args.repeats)
-            step_t = timed(step(compiled), device, args.repeats)
-            with torch.no_grad():  # other routings: the same graphs, or recompiles?
-                for _ in range(8):
-                    compiled(torch.randn_like(x))
-            rows.append((name, count, inf_t, step_t, graphs()))
-    eager_inf, eager_step = rows[0][2], rows[0][3]
-    print(f"MoE: 8 experts, top-2, d=256, hidden=512, {args.tokens} tokens, float32, {device}, 1 thread")
+    warnings.simplefilter("ignore")
+    calls = {"eager": (model, model, lambda: "-")} | variants(model)
+    counts = {}
+    with torch.no_grad():
+        ref = model(x)
+    for name, (call, module, graphs) in calls.items():
+        before = graphs()
+        torch.testing.assert_close(call(x).detach(), ref, rtol=1e-4, atol=1e-4)  # compiles
+        counts[name] = graphs() if before == "-" else graphs() - before
+        step(call, list(module.parameters()))()  # compiles the backward
+    inf = interleaved({n: infer(c) for n, (c, _, _) in calls.items()}, device, args.repeats)
+    train = interleaved({n: step(c, list(m.parameters())) for n, (c, m, _) in calls.items()}, device, args.repeats)
+    later = {}
+    for name, (call, _, graphs) in calls.items():  # other routings: the same graphs, or recompiles?
+        before = graphs()
+        with torch.no_grad():
+            for _ in range(8):
+                call(torch.randn_like(x))
+        later[name] = graphs() if before == "-" else counts[name] + graphs() - before
+    print(f"MoE: 8 experts, top-2, d=256, hidden=512, {args.tokens} tokens, float32, {device}, 1 thread, "
+          f"timed interleaved ({args.repeats} rounds)")
     print("graphs: after the first inference call; graphs+8: after training and 8 inference calls on other inputs")
     print(f"{'variant':30s} {'graphs':>6s} {'infer ms':>9s} {'vs eager':>8s} {'train ms':>9s} {'vs eager':>8s} {'graphs+8':>8s}")
-    for name, count, inf, st, later in rows:
-        print(f"{name:30s} {str(count):>6s} {inf * 1e3:9.2f} {eager_inf / inf:7.2f}x {st * 1e3:9.2f} {eager_step / st:7.2f}x "
-              f"{str(later):>8s}")
+    for name in calls:
+        print(f"{name:30s} {str(counts[name]):>6s} {inf[name] * 1e3:9.2f} {inf['eager'] / inf[name]:7.2f}x "
+              f"{train[name] * 1e3:9.2f} {train['eager'] / train[name]:7.2f}x {str(later[name]):>8s}")
 
 
 if __name__ == "__main__":
