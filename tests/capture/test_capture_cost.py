@@ -206,3 +206,34 @@ def test_list_append_in_a_loop_is_the_callers_list():
     lst = []
     opt = torchkiln.compile(lambda l: (l.append(3), l)[1], backend="eager")
     assert opt(lst) is lst and lst == [3]
+
+
+def test_callee_that_broke_while_inlined_is_traced_once(monkeypatch):
+    """A break inside an inlined callee restarts the caller, which calls the callee as
+    its own frame: that capture starts from the break found while inlining instead of
+    tracing up to it, restarting and tracing again."""
+    from torchkiln.capture import symbolic_convert
+
+    def helper(x):
+        y = x.sin() * 2
+        torchkiln.graph_break()
+        return y + 1
+
+    def f(x):
+        return helper(x + 1) - 1
+
+    traces = []
+    run = symbolic_convert.InstructionTranslator.run
+
+    def counting(self):
+        traces.append(self.code.co_name)
+        return run(self)
+    monkeypatch.setattr(symbolic_convert.InstructionTranslator, "run", counting)
+    torchkiln.reset()
+    cnt = CompileCounter()
+    opt = torchkiln.compile(f, backend=cnt)
+    x = randn(3)
+    assert same(f(x), opt(x))
+    assert traces.count("helper") == 1, traces
+    assert cnt.frame_count == 4  # f before the call, helper before/after its break, f after
+    assert same(f(x), opt(x))

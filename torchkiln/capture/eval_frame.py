@@ -38,6 +38,7 @@ from ..utils import trace
 from ..utils.logging import artifact_enabled, get_artifact_logger
 from . import api
 from .convert_frame import convert_frame
+from .symbolic_convert import forget_inlined_breaks
 from .frame import bind_locals
 
 GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
@@ -119,6 +120,7 @@ def reset() -> None:
     for fc in _frame_caches.values():
         fc.clear()
     _context_keys.clear()
+    forget_inlined_breaks()
     reset_counters()
     for hook in list(_reset_hooks):
         hook()

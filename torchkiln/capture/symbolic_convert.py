@@ -961,6 +961,37 @@ class RealCell(VariableTracker):
 class InliningInstructionTranslator(InstructionTranslatorBase):
     """Traces a called user function's bytecode into the caller's graph."""
 
+    def on_unsupported(self, ip, e):
+        # The caller restarts and breaks at its call; the callee is then captured as its
+        # own frame and would trace up to here just to restart: note where it breaks.
+        if not self.code.co_flags & 0x20 and not str(e).startswith("inlining"):
+            note_inlined_break(self.code, ip, BreakReason(str(e), e.user_stack))
+
+
+# code -> {instruction index: reason}: where a function broke while inlined, for its own
+# capture (capture_frame starts from these break points instead of finding each one by a
+# trace that restarts).  A break point is always sound: at worst an extra graph break.
+_INLINED_BREAKS: dict[int, tuple] = {}
+
+
+def note_inlined_break(code, ip, reason):
+    if len(_INLINED_BREAKS) > 1024:
+        _INLINED_BREAKS.clear()
+    hit = _INLINED_BREAKS.get(id(code))
+    if hit is None or hit[0] is not code:
+        hit = _INLINED_BREAKS[id(code)] = (code, {})  # keeps ``code`` alive: its id stays unique
+    hit[1].setdefault(ip, reason)
+
+
+def forget_inlined_breaks() -> None:
+    _INLINED_BREAKS.clear()
+
+
+def take_inlined_breaks(code) -> dict:
+    """The break points noted for ``code`` while it was inlined (consumed: used once)."""
+    hit = _INLINED_BREAKS.pop(id(code), None)
+    return dict(hit[1]) if hit is not None and hit[0] is code else {}
+
 
 def _flatten_types(cls):
     if isinstance(cls, tuple):
@@ -1320,7 +1351,7 @@ def capture_frame(fn, f_locals, *, backend, fullgraph, dynamic, compile_wrapper)
 
     if fn.__code__.co_flags & 0x3A0:
         unsupported("generator or coroutine frame")
-    break_points: dict[int, BreakReason] = {}
+    break_points: dict[int, BreakReason] = {} if fullgraph else take_inlined_breaks(fn.__code__)
     log = get_artifact_logger("graph_breaks")
     for _ in range(64):
         tx = InstructionTranslator(fn, f_locals, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
