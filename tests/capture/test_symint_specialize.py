@@ -55,3 +55,17 @@ def test_size_specialized_by_a_branch_is_guarded():
     """The guard of a size specialized during the trace was dropped (the placeholder's size
     reads as an int after the specialization): n=4 reused the n=3 graph, x + 1."""
     _check(branch_on_size, [(torch.ones(n),) for n in (3, 4, 5)], dynamic=True)
+
+
+def builtin_methods_on_a_symint(x, n):
+    return x + (3).__add__(n), "ab".count("a", 0, n)
+
+
+def test_constant_method_with_a_symint_argument_does_not_fail_capture():
+    """A pure method of a constant looked up as a bound method, called with a symbolic
+    argument, looped between the two call paths (RecursionError: the frame ran eagerly)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "capture of ... failed" would be a warning
+        _check(builtin_methods_on_a_symint, [(torch.ones(1), n) for n in (1, 2, 3)])

@@ -119,7 +119,7 @@ class ConstantVariable(ValueVariable):
 
             args = [specialize_symbolic(a) for a in args]
             kwargs = {k: specialize_symbolic(v) for k, v in kwargs.items()}
-        if method is not None and all(_plain_arg(a) for a in args) and all(_plain_arg(v) for v in kwargs.values()):
+        if method is not None and all(is_plain_arg(a) for a in args) and all(is_plain_arg(v) for v in kwargs.values()):
             try:
                 result = method(self.value, *[a.as_python_constant() for a in args],
                                 **{k: v.as_python_constant() for k, v in kwargs.items()})
@@ -176,7 +176,7 @@ def is_plain_constant(value) -> bool:
     return cls in _PURE_TYPES or value is Ellipsis or value is NotImplemented
 
 
-def _plain_arg(vt) -> bool:
+def is_plain_arg(vt) -> bool:
     return vt.is_python_constant() and is_plain_constant(vt.as_python_constant())
 
 

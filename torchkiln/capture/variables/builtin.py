@@ -13,7 +13,7 @@ import operator
 
 import torch
 
-from .base import ConstantVariable, VariableTracker, is_plain_constant, pure_method, unsupported
+from .base import ConstantVariable, VariableTracker, is_plain_arg, is_plain_constant, pure_method, unsupported
 
 
 def vt_equal(tx, a, b) -> bool:
@@ -134,7 +134,13 @@ class BuiltinVariable(VariableTracker):
         owner = getattr(fn, "__self__", None)
         if owner is not None and is_plain_constant(owner) and pure_method(owner, getattr(fn, "__name__", "")):
             # "{}".format looked up on a constant: the constant's own method rules
-            return ConstantVariable(owner).call_method(tx, fn.__name__, args, kwargs)
+            from .tensor import specialize_symbolic
+
+            if fn.__name__ in ("format", "format_map", "__mod__") and isinstance(owner, str):
+                args = [specialize_symbolic(a) for a in args]
+                kwargs = {k: specialize_symbolic(v) for k, v in kwargs.items()}
+            if all(is_plain_arg(a) for a in args) and all(is_plain_arg(v) for v in kwargs.values()):
+                return ConstantVariable(owner).call_method(tx, fn.__name__, args, kwargs)
         if iterator_ctor(fn):  # lazy, its real type kept (variables/iterators.py)
             return build_native_iterator(tx, fn, args, kwargs)
         if fn is iter and len(args) == 1 and not kwargs:
