@@ -1,12 +1,15 @@
 """FSDP2 (fully_shard per block) under torchkiln.compile on 2 gloo processes.
 
 The FSDP2 hooks (all-gather before a block, free after, reduce-scatter in backward)
-run eagerly between graphs, as under torch.compile in torch 2.11-2.13; the blocks'
-math is compiled.  Losses and local gradient shards equal the uncompiled run's.
+run eagerly between graphs, as under torch.compile in torch 2.11-2.15 (the hooks'
+wrapper differs between versions); the blocks' math is compiled.  Losses and local
+gradient shards equal the uncompiled run's.
 """
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import torchkiln
@@ -38,11 +41,15 @@ class Net(torch.nn.Module):
 
 
 def make() -> Net:
+    """Net sharded per block over a CPU mesh of all ranks.  The mesh is explicit: FSDP2's
+    default mesh is on the accelerator where there is one (a GPU machine put the
+    parameters on cuda:0, beside CPU inputs and gloo, and the test failed there)."""
     torch.manual_seed(0)
     model = Net()
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     return model
 
 
@@ -74,6 +81,9 @@ def _fsdp_checks(rank: int, world: int) -> None:
     assert linears >= 3, f"{linears} linear calls captured"
     # the blocks' forward is one graph (both blocks share it), the head another
     assert counter.frame_count >= 2, counter.frame_count
+    # each hook is one graph break at the hook (not somewhere inside FSDP's code)
+    breaks = torchkiln.counters["graph_break"]
+    assert breaks and all("an FSDP2 hook" in reason for reason in breaks), dict(breaks)
 
 
 def test_fsdp2():

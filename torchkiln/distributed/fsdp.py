@@ -2,35 +2,43 @@
 
 FSDP2 registers forward pre/post hooks on each sharded module that all-gather its
 parameters and free them again (and, through autograd hooks, reduce-scatter the
-gradients).  In torch 2.11 to 2.13 these hooks are wrapped by FSDP's
-``_dynamo_disable``, so torch.compile graph-breaks at each hook and runs it eagerly.
-torchkiln does the same: the wrapper's code object is registered with
-:func:`torchkiln.capture.api.skip_code`, so a call to an FSDP hook is a graph break and
-a hook is never compiled as a frame; the modules' own forward math is captured between
-the hooks.  The all-gathers and reduce-scatters stay torch.distributed calls made by
-FSDP's eager code (not graph nodes); tracing them as collectives needs FSDP's
-"traceable" mode and compiled autograd for the backward hooks (issue 13).
+gradients).  torch.compile graph-breaks at each hook and runs it eagerly: in torch
+2.13 and later the hooks are wrapped by ``_fsdp_common._dynamo_disable``; in torch
+2.11 and 2.12 by ``_fsdp_state.disable_if_config_true``, which disables them while
+``torch._dynamo.config.skip_fsdp_hooks`` is True (the default; False is 2.11's
+"traceable FSDP2", which torch later removed).  torchkiln does the same with both
+wrappers: their code objects are registered with :func:`torchkiln.capture.api.skip_code`,
+so a call to an FSDP hook is a graph break and a hook is never compiled as a frame;
+the modules' own forward math is captured between the hooks.  The all-gathers and
+reduce-scatters stay torch.distributed calls made by FSDP's eager code (not graph
+nodes).
 """
 from __future__ import annotations
 
 from ..capture.api import skip_code
 
-_FSDP_COMMON = "torch.distributed.fsdp._fully_shard._fsdp_common"
+_REASON = "an FSDP2 hook (unshard/reshard/reduce-scatter; torch.compile skips it too): runs eagerly"
+
+# module -> name of the decorator that wraps FSDP2's hooks there (a torch version has one of them)
+_HOOK_WRAPPERS = {
+    "torch.distributed.fsdp._fully_shard._fsdp_common": "_dynamo_disable",  # torch >= 2.13
+    "torch.distributed.fsdp._fully_shard._fsdp_state": "disable_if_config_true",  # torch 2.11, 2.12
+}
 
 
 def install() -> None:
-    """Register FSDP2's hook wrapper as never captured once FSDP2 is imported (no-op
-    where it is absent).  Importing ``torch.distributed.fsdp`` costs ~0.25 s, so
+    """Register FSDP2's hook wrappers as never captured once FSDP2 is imported (no-op
+    where they are absent).  Importing ``torch.distributed.fsdp`` costs ~0.25 s, so
     ``import torchkiln`` does not: the registration runs when the user's program (or
     anything else) imports it, through a post-import hook."""
     from wrapt import register_post_import_hook
 
-    register_post_import_hook(_register, _FSDP_COMMON)
+    for module_name, wrapper_name in _HOOK_WRAPPERS.items():
+        register_post_import_hook(lambda module, name=wrapper_name: _register(module, name), module_name)
 
 
-def _register(_fsdp_common) -> None:
-    disable = getattr(_fsdp_common, "_dynamo_disable", None)
-    if disable is None:
+def _register(module, wrapper_name: str) -> None:
+    wrapper = getattr(module, wrapper_name, None)
+    if wrapper is None:
         return
-    skip_code(disable(lambda: None).__code__,
-              "an FSDP2 hook (unshard/reshard; torch.compile skips it too): runs eagerly")
+    skip_code(wrapper(lambda: None).__code__, _REASON)
