@@ -3,7 +3,7 @@
 Each of ``--nproc`` processes (gloo on CPU, NCCL on CUDA; loopback) trains a GPT-2-style
 decoder (``--config gpt2``: GPT-2 small, 12 layers, 768 wide, 1024 tokens; ``small``:
 4 layers, 128 wide, 32 tokens, for a CPU) wrapped in ``DistributedDataParallel``, in
-these modes, one after the other in the same processes:
+these modes, all in the same processes:
 
 - ``eager``: ``DDP(model)``;
 - ``kiln``: ``torchkiln.compile(DDP(model))`` with ``config.optimize_ddp=True`` (the
@@ -12,14 +12,19 @@ these modes, one after the other in the same processes:
 - ``torch``: ``torch.compile(DDP(model))`` (the peer, its DDPOptimizer on).
 
 A step is ``zero_grad``, forward (the loss is computed inside the model), backward,
-SGD step.  Printed per mode (rank 0): median step time over ``--steps`` after
-``--warmup`` steps, its ratio to eager, the all-reduce time per step and the fraction
-of it hidden behind the backward, from ``torch.profiler`` over ``--profile-steps``
-steps: all-reduce intervals are ``gloo:all_reduce`` events (CPU) or NCCL kernels
-(CUDA); backward compute intervals are autograd node evaluations other than
+SGD step.  Every mode is built, compiled and warmed up (``--warmup`` steps) first; then
+``--rounds`` rounds each run ``--steps`` steps of every mode in turn, so that a change
+of load on a shared machine hits all modes alike.  A step's time is the slowest
+rank's.  Printed per mode (rank 0): the minimum and the median step time and the
+minimum main-thread CPU time (``time.thread_time``: forward and, on CPU, backward
+compute; not the wait for the all-reduce nor time lost to other processes), each
+with its ratio to eager; the all-reduce time per step and the fraction of it hidden
+behind the backward, from ``torch.profiler`` over ``--profile-steps`` steps:
+all-reduce intervals are ``gloo:all_reduce`` events (CPU) or NCCL kernels (CUDA); backward compute intervals are autograd node evaluations other than
 AccumulateGrad (CPU) or the non-NCCL kernels (CUDA); hidden = |all-reduce ∩ compute| /
 |all-reduce|.  The first loss of each mode is printed as a sanity check (equal across
-modes up to rounding).  Timings on a shared machine are noisy; nothing is asserted.
+modes up to rounding).  On a shared machine trust the minimum and the CPU time over
+the median; nothing is asserted.
 
 Usage::
 
@@ -29,11 +34,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import socket
 import statistics
 import time
+import types
 
 import torch
 import torch.distributed as dist
@@ -103,6 +110,20 @@ def _wrap(mode: str, model, device_ids, bucket_cap_mb: float, backend: str):
     raise ValueError(mode)
 
 
+def _own_forward(cls):
+    """A subclass of ``cls`` whose ``forward`` has a code object of its own.  Compiled code
+    is cached per code object and guarded on the module's type, not its identity, so
+    without this the modes built later would reuse the graphs compiled for the first
+    (``kiln_nosplit`` would run ``kiln``'s split graph)."""
+    fn = cls.forward
+    code = fn.__code__.replace(co_name=f"{fn.__name__}_{next(_forward_ids)}")
+    forward = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+    return type(cls.__name__, (cls,), {"forward": forward})
+
+
+_forward_ids = itertools.count()
+
+
 def _intervals_union(intervals):
     merged = []
     for start, end in sorted(intervals):
@@ -154,55 +175,81 @@ def _worker(rank: int, world: int, port: int, args) -> None:
     idx = torch.randint(cfg["vocab"], (cfg["batch"], cfg["seq"]), generator=gen).to(device)
     targets = torch.randint(cfg["vocab"], (cfg["batch"], cfg["seq"]), generator=gen).to(device)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    results = {}
-    for mode in args.modes.split(","):
-        torchkiln.reset()
-        torch._dynamo.reset()
+    modes = args.modes.split(",")
+    torchkiln.reset()
+    torch._dynamo.reset()
+    steps, compile_s, first_loss = {}, {}, {}
+    for mode in modes:  # build, compile and warm up every mode first
         torch.manual_seed(0)
-        model = GPT(**cfg).to(device)
+        model = _own_forward(GPT)(**cfg).to(device)
         with torchkiln.config.patch(optimize_ddp=mode != "kiln_nosplit"):
             ddp = _wrap(mode, model, [rank] if cuda else None, args.bucket_cap_mb, args.backend)
-            opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
-            def step():
+        def step(ddp=ddp, opt=opt, split=mode != "kiln_nosplit"):
+            with torchkiln.config.patch(optimize_ddp=split):
                 opt.zero_grad(set_to_none=True)
                 loss = ddp(idx, targets)
                 loss.backward()
                 opt.step()
-                return loss
+            return loss
 
-            start = time.perf_counter()
-            first_loss = step().item()
-            compile_s = time.perf_counter() - start
-            for _ in range(args.warmup - 1):
-                step()
-            sync()
-            times = []
+        start = time.perf_counter()
+        first_loss[mode] = step().item()
+        compile_s[mode] = time.perf_counter() - start
+        for _ in range(args.warmup):
+            step()
+        steps[mode] = step
+    sync()
+    # Timed rounds, the modes interleaved so that a change of load on a shared machine
+    # hits every mode alike; per step the slowest rank's wall time and main-thread CPU
+    # time (time.thread_time: the forward and, on CPU, the backward run on this thread;
+    # waits for the all-reduce and time descheduled by other load do not count).
+    wall = {m: [] for m in modes}
+    cpu = {m: [] for m in modes}
+    for _ in range(args.rounds):
+        for mode in modes:
             for _ in range(args.steps):
                 dist.barrier()
-                start = time.perf_counter()
-                step()
+                start, start_cpu = time.perf_counter(), time.thread_time()
+                steps[mode]()
                 sync()
-                times.append(time.perf_counter() - start)
-            activities = [torch.profiler.ProfilerActivity.CPU]
-            if cuda:
-                activities.append(torch.profiler.ProfilerActivity.CUDA)
-            with torch.profiler.profile(activities=activities) as prof:
-                for _ in range(args.profile_steps):
-                    step()
-                sync()
-            comm_us, hidden = _comm_and_hidden(prof, cuda)
-        results[mode] = (statistics.median(times), comm_us / args.profile_steps / 1e3, hidden, first_loss, compile_s)
-        del ddp, model, opt
+                wall[mode].append(time.perf_counter() - start)
+                cpu[mode].append(time.thread_time() - start_cpu)
+    for table in (wall, cpu):
+        for mode in modes:
+            t = torch.tensor(table[mode], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            table[mode] = t.tolist()
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    hidden = {}
+    for mode in modes:
+        steps[mode]()
+        sync()
+        dist.barrier()
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(args.profile_steps):
+                steps[mode]()
+            sync()
+        comm_us, frac = _comm_and_hidden(prof, cuda)
+        hidden[mode] = (comm_us / args.profile_steps / 1e3, frac)
     if rank == 0:
-        eager = results.get("eager", (float("nan"),))[0]
+        n = args.rounds * args.steps
         print(f"\nDDP benchmark: device={args.device} nproc={world} config={args.config} {cfg} "
-              f"bucket_cap_mb={args.bucket_cap_mb} backend={args.backend} steps={args.steps}")
-        print(f"{'mode':<14}{'step ms':>10}{'vs eager':>10}{'allreduce ms':>14}{'hidden':>9}"
-              f"{'first loss':>12}{'1st step s':>11}")
-        for mode, (t, comm, hidden, loss, compile_s) in results.items():
-            print(f"{mode:<14}{t * 1e3:>10.2f}{eager / t:>9.2f}x{comm:>14.2f}{hidden:>8.0%}"
-                  f"{loss:>12.5f}{compile_s:>11.1f}")
+              f"bucket_cap_mb={args.bucket_cap_mb} backend={args.backend} {args.rounds} rounds x "
+              f"{args.steps} steps per mode, interleaved; slowest rank per step")
+        print(f"{'mode':<14}{'min ms':>9}{'vs eager':>10}{'median ms':>11}{'vs eager':>10}{'cpu min ms':>12}"
+              f"{'vs eager':>10}{'cpu med ms':>12}{'allreduce ms':>14}{'hidden':>8}{'first loss':>12}{'1st step s':>11}")
+        ref = modes[0] if "eager" not in modes else "eager"
+        stats = {m: (min(wall[m]), statistics.median(wall[m]), min(cpu[m]), statistics.median(cpu[m])) for m in modes}
+        for mode in modes:
+            (w, med, c, cmed), (ew, emed, ec, _) = stats[mode], stats[ref]
+            comm, frac = hidden[mode]
+            print(f"{mode:<14}{w * 1e3:>9.2f}{ew / w:>9.2f}x{med * 1e3:>11.2f}{emed / med:>9.2f}x{c * 1e3:>12.2f}"
+                  f"{ec / c:>9.2f}x{cmed * 1e3:>12.2f}{comm:>14.2f}{frac:>8.0%}{first_loss[mode]:>12.5f}{compile_s[mode]:>11.1f}")
+        print(f"(min and median over {n} steps; 'cpu' is main-thread CPU time; 'vs eager' > 1 is faster)")
     dist.destroy_process_group()
 
 
@@ -216,8 +263,9 @@ def main() -> None:
     parser.add_argument("--backend", default="inductor", help="torchkiln backend")
     parser.add_argument("--bucket-cap-mb", type=float, default=None,
                         help="DDP bucket size (default: 25 for gpt2, 1 for small: 4 buckets; torch wants >= 1)")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per mode per round")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds over the modes, interleaved")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per mode after the first")
     parser.add_argument("--profile-steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process on CPU")
     args = parser.parse_args()
