@@ -79,7 +79,8 @@ def test_accumulate_grad_returns_none_in_the_three_argument_form():
     from torchkiln.compiled_autograd.tracer import AutogradCapture
 
     leaf, grad = torch.zeros(2), torch.ones(2)
-    stub = SimpleNamespace(input_index={id(leaf): 0}, accumulates=[], origin="")
+    stub = SimpleNamespace(input_index={id(leaf): 0}, accumulates=[], origin="", accumulate_positions=[],
+                           _graph_checkpoint=lambda: None)
     assert AutogradCapture.accumulate_grad(stub, leaf, grad, False) is None
     assert AutogradCapture.accumulate_grad(stub, leaf, None, grad, False) is grad
     assert [r.grad for r in stub.accumulates] == [grad, grad]

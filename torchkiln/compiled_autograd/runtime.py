@@ -9,7 +9,11 @@
   (``retain_grad``) on the gradients they saw, and then does eager's
   ``AccumulateGrad`` for every leaf: assign ``.grad`` when it is ``None`` (a graph
   output the caller could also see is cloned, strides follow the leaf's), add in
-  place otherwise; then the leaf's post-accumulate-grad hooks.
+  place otherwise; then the leaf's post-accumulate-grad hooks; then the final
+  callbacks that Python queued with ``Variable._execution_engine.queue_callback``
+  while the graph ran (the engine's compiled path drops them).
+* ``accumulate_grads``: the same ``AccumulateGrad`` as a graph node, for the leaves
+  whose ``.grad`` a later untraced backward may read.
 """
 from __future__ import annotations
 
@@ -135,6 +139,64 @@ def accumulate_into(leaf: torch.Tensor, new: torch.Tensor, input_ids: set) -> No
         old += new
 
 
+def accumulate_grads(inputs: Sequence[torch.Tensor], indices: Sequence[int], grads: Sequence[torch.Tensor],
+                     hooks: Sequence[Callable], post_hooks: Sequence[tuple]) -> None:
+    """Accumulate ``grads[k]`` into the leaf ``inputs[indices[k]]`` and run its
+    post-accumulate-grad hooks (``hooks[j]`` for ``j`` in ``post_hooks[k]``), as eager's
+    ``AccumulateGrad`` does, inside the graph: a graph node placed before the untraced
+    backward that may read the ``.grad`` (capture breaks the graph here)."""
+    input_ids = {id(x) for x in inputs}
+    with torch.no_grad():
+        for index, grad, hook_ids in zip(indices, grads, post_hooks):
+            leaf = inputs[index]
+            accumulate_into(leaf, grad, input_ids)
+            for hook_id in hook_ids:
+                if hooks[hook_id](leaf) is not None:
+                    raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+
+
+accumulate_grads._torchkiln_disable = True
+
+
+class _FinalCallbacks:
+    """``Variable._execution_engine.queue_callback(cb)`` made from Python while a compiled
+    backward runs (a hook's, FSDP2's post-backward callback): the engine's compiled path
+    never runs the graph task's final callbacks, so they are collected here and run
+    after the graph and its accumulates, in order (a callback may queue more), as
+    eager's engine runs them at the end of the backward."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Callable[[], None]] = []
+        self.engine = None
+
+    def __enter__(self) -> "_FinalCallbacks":
+        self.engine = torch.autograd.Variable._execution_engine
+        torch.autograd.Variable._execution_engine = _QueueingEngine(self.engine, self.callbacks)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        torch.autograd.Variable._execution_engine = self.engine
+
+    def run(self) -> None:
+        i = 0
+        with self:  # a callback that queues another: it runs too, after this one
+            while i < len(self.callbacks):
+                self.callbacks[i]()
+                i += 1
+
+
+class _QueueingEngine:
+    def __init__(self, engine, callbacks: list) -> None:
+        self._engine = engine
+        self._callbacks = callbacks
+
+    def queue_callback(self, callback: Callable[[], None]) -> None:
+        self._callbacks.append(callback)
+
+    def __getattr__(self, name: str):
+        return getattr(self._engine, name)
+
+
 class CompiledBackward:
     """``runtime_wrapper(compiled_fn, inputs, sizes, scalars, hooks, packed_data)``.
 
@@ -154,7 +216,7 @@ class CompiledBackward:
 
     def __call__(self, compiled_fn, inputs, sizes, scalars, hooks, packed_data=()):
         sizes = [wrap_size(sizes[i]) for i in self.used_sizes]
-        with state.running_graph():
+        with state.running_graph(), _FinalCallbacks() as final_callbacks:
             outs = self._run(compiled_fn, inputs, sizes, scalars, hooks, packed_data)
         outs = list(outs)
         results = outs[:self.num_outputs]
@@ -171,6 +233,7 @@ class CompiledBackward:
                     for hook_id in rec.post_hooks:
                         if hooks[hook_id](leaf) is not None:
                             raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+        final_callbacks.run()
         return results
 
     def _run(self, compiled_fn, *args):

@@ -13,14 +13,18 @@ callback records into one FX graph:
 * Python ``autograd.Function.backward`` is traced the same way with ``ctx.saved_tensors``
   bound to the lifted saved tensors; torchkiln's own compiled Functions contribute their
   backward ATen graph.  A backward that cannot be traced (data-dependent control flow,
-  an opaque kernel) becomes one ``call_backward`` node run at runtime.
+  an opaque kernel) becomes one ``call_backward`` node run at runtime, and so does one
+  whose class sets ``_torchkiln_opaque_backward`` (a backward with side effects that
+  must run at each backward, not once while capturing: FSDP2's).
 * Hooks (tensor pre-hooks, node pre/post hooks, saved-tensor unpack hooks) become
   ``call_hook(hooks[i], ...)`` nodes: the hook runs at runtime (or is inlined by capture
   when the graph is compiled), never at capture time.
 * ``accumulate_grad`` records the leaf and its gradient; the graph returns the
   gradient and :class:`~torchkiln.compiled_autograd.runtime.CompiledBackward` assigns or
   accumulates it into ``.grad`` as eager's ``AccumulateGrad`` does, then runs the
-  post-accumulate-grad hooks.
+  post-accumulate-grad hooks.  Accumulates that come before a ``call_backward`` node
+  (an untraced backward may read ``.grad``) are done in the graph instead, by a
+  ``runtime.accumulate_grads`` node placed before it.
 
 Graph signature: ``forward(inputs, sizes, scalars, hooks, packed_data)``: ``inputs`` the
 lifted tensors, ``sizes`` the sizes that changed between calls (each passed as a
@@ -142,6 +146,7 @@ class AutogradCapture:
         self.tracer = PythonKeyTracer()
         self.proxy_mode = ProxyTorchDispatchMode(self.tracer, "symbolic")
         self.accumulates: list[AccumulateRecord] = []
+        self.accumulate_positions: list = []  # the last graph node when each accumulate came
         self.post_acc_hooks: dict[int, list[int]] = {}
         self.input_index: dict[int, int] = {}
         self.symnode_proxies: dict = {}
@@ -164,6 +169,7 @@ class AutogradCapture:
         self.tracer.tensor_attrs = {}
         p_inputs, p_sizes, p_scalars, self.p_hooks, self.p_packed = (
             self.tracer.create_proxy("placeholder", name, (), {}) for name in PLACEHOLDERS)
+        self.p_inputs = p_inputs
         inputs_origins, sizes_origins, scalars_origins = origins
         self.inputs_origins = inputs_origins
         for i, x in enumerate(inputs):
@@ -202,6 +208,7 @@ class AutogradCapture:
         self.set_node_origin("", -1, None)
         self.stack.close()
         results = [self.to_proxy(o) for o in outputs]
+        self._accumulate_before_opaque_calls()
         acc_grads = [self.to_proxy(rec.grad) for rec in self.accumulates]
         hook_grads = [self.to_proxy(g) for _, g in self.deferred_cpp_hooks]
         self.tracer.create_node("output", "output", (self.tracer.create_arg(results + acc_grads + hook_grads),), {})
@@ -217,6 +224,36 @@ class AutogradCapture:
                                            used_sizes, self.id, gm)
         counters["compiled_autograd"]["graphs"] += 1
         return wrapper, self.compiler_fn(gm)
+
+    def _accumulate_before_opaque_calls(self) -> None:
+        """Eager's engine sets ``.grad`` when a leaf's ``AccumulateGrad`` runs, and an
+        untraced ``Function.backward`` that runs later may read it (FSDP2's post-backward
+        reduce-scatters ``.grad`` of the unsharded parameters).  So the accumulates that
+        come before a ``call_backward`` node become one ``runtime.accumulate_grads`` node
+        placed just before it (both are graph breaks when the graph is compiled); the
+        rest stay deferred to the runtime wrapper, which does them after the graph.
+        Hooks (``call_hook``, inlined when the graph is compiled) still see the ``.grad``
+        of before the backward."""
+        order = {node: i for i, node in enumerate(self.tracer.graph.nodes)}
+        opaque = [node for node in self.tracer.graph.nodes
+                  if node.op == "call_function" and node.target is call_backward]
+        if not opaque or not self.accumulates:
+            return
+        pending = sorted(range(len(self.accumulates)), key=lambda i: order[self.accumulate_positions[i]])
+        moved = set()
+        for call in opaque:
+            batch = [i for i in pending if i not in moved and order[self.accumulate_positions[i]] < order[call]]
+            if not batch:
+                continue
+            moved.update(batch)
+            records = [self.accumulates[i] for i in batch]
+            with self.tracer.graph.inserting_before(call):
+                self.tracer.create_proxy("call_function", runtime.accumulate_grads, (
+                    self.p_inputs, [r.input_index for r in records], [self.to_proxy(r.grad) for r in records],
+                    self.p_hooks, [tuple(self.post_acc_hooks.get(r.input_index, ())) for r in records]), {})
+        keep = [i for i in range(len(self.accumulates)) if i not in moved]
+        self.accumulates = [self.accumulates[i] for i in keep]
+        self.accumulate_positions = [self.accumulate_positions[i] for i in keep]
 
     def close(self) -> None:
         self.stack.close()
@@ -267,11 +304,13 @@ class AutogradCapture:
         if index is None:
             raise AssertionError("compiled autograd: accumulate_grad on a tensor that is not a lifted input")
         self.accumulates.append(AccumulateRecord(index, grad, origin=self.origin))
+        self.accumulate_positions.append(self._graph_checkpoint())
         return None if three_argument else grad
 
     def proxy_call_backward(self, inputs, output_metadatas, saved_tensors, backward_idx, ctx,
                             maybe_backward_state_idx=None, opaque_object_indices=()):
-        if maybe_backward_state_idx is not None or opaque_object_indices:
+        if (maybe_backward_state_idx is not None or opaque_object_indices
+                or getattr(ctx._forward_cls, "_torchkiln_opaque_backward", False)):
             return self._opaque_backward(inputs, output_metadatas, saved_tensors, backward_idx)
         checkpoint = self._graph_checkpoint()
         try:
@@ -438,7 +477,7 @@ class AutogradCapture:
             graph.erase_node(node)
 
     def _dce(self) -> None:
-        impure = {call_hook, call_backward}
+        impure = {call_hook, call_backward, runtime.accumulate_grads}
         keep = set()
         for ph in self.tracer.graph.find_nodes(op="placeholder"):
             keep.update(ph.users)
