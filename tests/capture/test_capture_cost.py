@@ -237,3 +237,37 @@ def test_callee_that_broke_while_inlined_is_traced_once(monkeypatch):
     assert traces.count("helper") == 1, traces
     assert cnt.frame_count == 4  # f before the call, helper before/after its break, f after
     assert same(f(x), opt(x))
+
+
+def test_resume_codes_are_not_decoded_again(monkeypatch):
+    """The translator reads a resume code's instructions from the items it was built
+    from (positions in the original), not by decoding the new code object."""
+    from torchkiln.capture import symbolic_convert
+
+    decoded = []
+    from_code = symbolic_convert.Bytecode.from_code
+
+    def counting(code, *a, **k):
+        decoded.append(code.co_name)
+        return from_code(code, *a, **k)
+    monkeypatch.setattr(symbolic_convert.Bytecode, "from_code", staticmethod(counting))
+
+    def f(x, d):
+        x = x + 1
+        torchkiln.graph_break()
+        try:
+            x = x * 2
+            torchkiln.graph_break()
+            d["k"] = x
+        except KeyError:
+            pass
+        with torch.no_grad():
+            y = x - 1
+            torchkiln.graph_break()
+        return x, y
+
+    torchkiln.reset()
+    x = randn(3)
+    d1, d2 = {}, {}
+    assert same(f(x, d1), torchkiln.compile(f, backend="eager")(x, d2)) and same(d1, d2)
+    assert not [n for n in decoded if n.startswith("torchkiln_")], decoded

@@ -22,8 +22,8 @@ from bytecode import Bytecode, Instr, Label
 from .verify import verify_code
 
 _cache: dict[tuple, types.CodeType] = {}
-# resume code -> (original code, {item position in the resume code: item position in the original})
-_origins: dict[types.CodeType, tuple[types.CodeType, dict[int, int]]] = {}
+# resume code -> (original code, its abstract Bytecode, the original's items, the body items it kept)
+_origins: dict[types.CodeType, tuple] = {}
 
 
 def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ...], local_names: tuple[str, ...],
@@ -87,7 +87,7 @@ def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ..
     result = new.to_code(stacksize=code.co_stacksize + len(stack_nulls) + 2, compute_exception_stack_depths=False)
     verify_code(result, _placeholder_closure(result))  # raises InvalidCode: never run a bad object
     _cache[key] = result
-    if not raising:  # where its instructions came from, worked out if it breaks again (see origin)
+    if not raising:  # where its instructions came from (see translator_items, origin)
         _origins[result] = (code, new, items, body)
     return result
 
@@ -106,41 +106,32 @@ def _source_items(code: types.CodeType):
     return hit[1], hit[2]
 
 
-_JUMP_FAMILY = {"JUMP_FORWARD": "JUMP", "JUMP_BACKWARD": "JUMP", "JUMP_BACKWARD_NO_INTERRUPT": "JUMP"}
-
-
-def _origin_map(result: types.CodeType, code: types.CodeType, new: Bytecode, items, body) -> dict[int, int]:
-    """For each instruction of ``result`` that is an instruction of ``code``'s body, its
-    item position in ``Bytecode.from_code(code)`` (the translator's positions), keyed by
-    its item position in ``Bytecode.from_code(result)``.  Empty (the resume then nests)
-    unless the decoded instructions match the built ones one to one."""
-    original_pos = {id(ins): pos for pos, ins in enumerate(items)}
-    body_ids = set(map(id, body))
-    decoded = Bytecode.from_code(result)
-    got = [(pos, ins) for pos, ins in enumerate(decoded) if isinstance(ins, Instr)]
-    built = [ins for ins in new if isinstance(ins, Instr)]
-    if len(got) != len(built):
-        return {}
-    mapping = {}
-    for (pos, ins), src in zip(got, built):
-        if _JUMP_FAMILY.get(ins.name, ins.name) != _JUMP_FAMILY.get(src.name, src.name):
-            return {}
-        if id(src) in body_ids:
-            mapping[pos] = original_pos[id(src)]
-    return mapping
-
-
-def origin(code: types.CodeType, position: int) -> tuple[types.CodeType, int]:
-    """``(original code, position)`` of item ``position`` of a resume code; the
-    arguments themselves for any other code (or a position with no original)."""
+def translator_items(code: types.CodeType):
+    """For a resume code made here: the abstract items it was assembled from (header,
+    prologue, the original's body with the target label) and, per item, its position
+    in the original's items (None for the header and prologue).  The translator reads
+    these instead of decoding the new code again (for a long function, decoding each
+    resume code cost more than tracing it); None for any other code."""
     found = _origins.get(code)
     if found is None:
-        return code, position
-    if len(found) == 4:  # first break in this resume code: map its instructions now
-        found = _origins[code] = (found[0], _origin_map(code, *found))
-    if position not in found[1]:
-        return code, position
-    return found[0], found[1][position]
+        return None
+    _, new, items, body = found
+    original_pos = {id(ins): pos for pos, ins in enumerate(items)}
+    body_ids = set(map(id, body))
+    return list(new), [original_pos.get(id(it)) if id(it) in body_ids else None for it in new]
+
+
+def origin(code: types.CodeType, position: int | None) -> tuple[types.CodeType, int]:
+    """``(code to resume from, position)``: a resume code's positions (as the translator
+    reads them, see :func:`translator_items`) are its original's; other codes' are their own."""
+    found = _origins.get(code)
+    if found is not None:
+        code = found[0]
+    if position is None:
+        from .variables.base import unsupported
+
+        unsupported("graph break in a resume function's prologue")
+    return code, position
 
 
 def _placeholder_closure(code: types.CodeType):

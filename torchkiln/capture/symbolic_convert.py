@@ -24,7 +24,7 @@ from ..exc import Unsupported
 from .codegen import RuntimeCodegen, breaking_code, reads_caller_frame, returning_code, wrap_callee
 from .guards import entry_global_state, global_state
 from .frame import SKIP_MODULES, BreakReason, CacheEntry, LazyLocal, bind_locals, call_with_locals
-from .resume import resume_function
+from .resume import resume_function, translator_items
 from .source import attr_source, global_source, globals_dict_name, item_source, local_source
 from .variables.base import NULL, CellVariable, ConstantVariable, NullVariable, VariableTracker, unsupported
 from .variables.builder import wrap, wrap_constant_like
@@ -103,11 +103,16 @@ def decode(code):
 
 
 def _decode(code):
-    bc = Bytecode.from_code(code)
+    made = translator_items(code)  # a resume code: its items as built, positions in the original
+    if made is not None:
+        bc, item_positions = made
+    else:
+        bc = Bytecode.from_code(code)
+        item_positions = range(len(bc))
     instructions, positions, regions = [], [], []
     labels = {}
     region_stack = []
-    for pos, item in enumerate(bc):
+    for pos, item in zip(item_positions, bc):
         if isinstance(item, Label):
             labels[item] = len(instructions)
         elif isinstance(item, TryBegin):
