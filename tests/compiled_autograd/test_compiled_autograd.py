@@ -28,8 +28,9 @@ Not ported (reason):
   counts Dynamo's unique_graphs for a backward with print(); a backward with Python side
   effects is traced once at capture here unless it reads unkeyed ctx state, so its
   print() runs at capture only (known difference, see docs/compiled_autograd.md).
-* test_callback_graph_break_throws_error: queue_callback inside a backward is not
-  supported yet.
+* test_callback_graph_break_throws_error: torch raises for queue_callback with
+  fullgraph=False; here a callback queued from a hook or a custom backward runs after
+  the backward as eager's do (test_queue_callback), with or without fullgraph.
 * test_autograd_cpp_node_*: C++ autograd Functions through load_inline: not ported yet
   (a gcc build per test would exceed the CI budget; the engine side is implemented:
   ``bind_function(is_custom_function=True)``).
@@ -39,6 +40,7 @@ import io
 import logging
 import os
 import re
+import warnings
 
 import pytest
 import torch
@@ -745,6 +747,55 @@ def test_compiled_forward_from_aot_cache(tmp_path, monkeypatch):
             torchkiln.compile(model, backend="inductor")(x).sum().backward()
             assert_equal(expected, [p.grad for p in model.parameters()])
     assert counters["aot_autograd"]["autograd_cache_hit"] == 1
+
+
+def _queue_callback_run(compiler_fn):
+    """Eager's order: final callbacks run once the backward is done (leaf .grad set),
+    callbacks queued by callbacks too; from a tensor hook and a custom backward."""
+    log = []
+    x = torch.randn(4, requires_grad=True)
+
+    def final():
+        log.append(("final", x.grad.clone()))
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: log.append(("nested", None)))
+
+    def hook(g):
+        torch.autograd.Variable._execution_engine.queue_callback(final)
+        return g * 2
+
+    class MyFn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 3
+
+        @staticmethod
+        def backward(ctx, g):
+            torch.autograd.Variable._execution_engine.queue_callback(lambda: log.append(("fn", None)))
+            return g * 3
+
+    runs = []
+    for _ in range(3):
+        x.grad = None
+        with compiled_autograd.enable(compiler_fn) if compiler_fn else torch.autograd.set_grad_enabled(True):
+            y = MyFn.apply(x * 1.0)
+            y.register_hook(hook)
+            y.sum().backward()
+        runs.append(list(log))
+        log.clear()
+    return runs
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_queue_callback(fullgraph):
+    expected = _queue_callback_run(None)
+    assert [name for name, _ in expected[0]] == ["final", "fn", "nested"]
+    counters["compiled_autograd"].clear()
+    # fullgraph=True: capture breaks at queue_callback, so the graph runs uncompiled (a warning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        actual = _queue_callback_run(make_compiler_fn(fullgraph=fullgraph))
+    assert_equal(expected, actual)
+    assert counters["compiled_autograd"]["captures"] == 1
 
 
 def test_custom_fn_multiple_grads():

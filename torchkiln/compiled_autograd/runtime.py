@@ -193,6 +193,10 @@ class _QueueingEngine:
     def queue_callback(self, callback: Callable[[], None]) -> None:
         self._callbacks.append(callback)
 
+    # Capture breaks the graph here: reached as ``torch.autograd.Variable._execution_engine``
+    # (a torch attribute, so a constant to capture), a compiled hook would drop the append.
+    queue_callback._torchkiln_disable = True
+
     def __getattr__(self, name: str):
         return getattr(self._engine, name)
 
@@ -216,23 +220,24 @@ class CompiledBackward:
 
     def __call__(self, compiled_fn, inputs, sizes, scalars, hooks, packed_data=()):
         sizes = [wrap_size(sizes[i]) for i in self.used_sizes]
-        with state.running_graph(), _FinalCallbacks() as final_callbacks:
-            outs = self._run(compiled_fn, inputs, sizes, scalars, hooks, packed_data)
-        outs = list(outs)
-        results = outs[:self.num_outputs]
-        if self.cpp_hooks:  # C++ tensor pre-hooks (retain_grad) on the gradients they saw
-            engine = protocol.engine()
-            for hook_id, grad in zip(self.cpp_hooks, outs[len(outs) - len(self.cpp_hooks):]):
-                engine.call_cpp_tensor_pre_hooks(hook_id, grad)
-        if self.accumulates:
-            input_ids = {id(x) for x in inputs}
-            with torch.no_grad():
-                for rec, grad in zip(self.accumulates, outs[self.num_outputs:]):
-                    leaf = inputs[rec.input_index]
-                    accumulate_into(leaf, grad, input_ids)
-                    for hook_id in rec.post_hooks:
-                        if hooks[hook_id](leaf) is not None:
-                            raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+        with _FinalCallbacks() as final_callbacks:  # post-accumulate-grad hooks may queue too
+            with state.running_graph():
+                outs = self._run(compiled_fn, inputs, sizes, scalars, hooks, packed_data)
+            outs = list(outs)
+            results = outs[:self.num_outputs]
+            if self.cpp_hooks:  # C++ tensor pre-hooks (retain_grad) on the gradients they saw
+                engine = protocol.engine()
+                for hook_id, grad in zip(self.cpp_hooks, outs[len(outs) - len(self.cpp_hooks):]):
+                    engine.call_cpp_tensor_pre_hooks(hook_id, grad)
+            if self.accumulates:
+                input_ids = {id(x) for x in inputs}
+                with torch.no_grad():
+                    for rec, grad in zip(self.accumulates, outs[self.num_outputs:]):
+                        leaf = inputs[rec.input_index]
+                        accumulate_into(leaf, grad, input_ids)
+                        for hook_id in rec.post_hooks:
+                            if hooks[hook_id](leaf) is not None:
+                                raise RuntimeError("Tensor post accumulate grad hooks should return None.")
         final_callbacks.run()
         return results
 

@@ -127,6 +127,14 @@ class _TracingCtx:
         raise RuntimeError("compiled autograd: a traced backward may not set attributes on ctx")
 
 
+class _NoCallbacks(runtime._QueueingEngine):
+    """The engine while a backward is traced: a backward that queues a callback is a
+    runtime call (tracing runs it once, at capture)."""
+
+    def queue_callback(self, callback) -> None:
+        raise _Untraceable("backward queues an engine callback")
+
+
 class AutogradCapture:
     """One capture of one backward; the engine creates it on a cache miss.
 
@@ -327,7 +335,12 @@ class AutogradCapture:
             grads = traced(ctx, saved_tensors, list(inputs))
         else:
             before = len(self.tracer.tensor_attrs)
-            grads = cls.backward(_TracingCtx(ctx, saved_tensors), *inputs)
+            variable = torch.autograd.Variable
+            engine, variable._execution_engine = variable._execution_engine, _NoCallbacks(variable._execution_engine, [])
+            try:
+                grads = cls.backward(_TracingCtx(ctx, saved_tensors), *inputs)
+            finally:
+                variable._execution_engine = engine
             if len(self.tracer.tensor_attrs) != before:
                 raise _Untraceable("backward read a tensor from outside the graph")
         if not isinstance(grads, tuple):
