@@ -63,3 +63,29 @@ def test_three_training_steps_match_eager(name):
             else:
                 torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-4, atol=1e-4, msg=f"{name} step {i}: {pname}")
     assert 1 <= counters["compiled_autograd"]["captures"] <= 2
+
+
+def test_tiny_transformers_gpt2_three_steps():
+    """A transformers model (tiny GPT2LMHeadModel config), trained as above."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=1, n_head=2,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    eager_model = transformers.GPT2LMHeadModel(cfg).train()
+    model = copy.deepcopy(eager_model)
+    ids = torch.randint(0, 64, (2, 16))
+
+    def step(m, ids):
+        loss = m(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss.detach()
+
+    with config.patch(compiled_autograd=True):
+        compiled_step = torchkiln.compile(step, backend=BACKEND)
+    for i in range(3):
+        ref = step(eager_model, ids)
+        out = compiled_step(model, ids)
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+        for (pname, p_ref), p in zip(eager_model.named_parameters(), model.parameters()):
+            torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-4, atol=1e-4, msg=f"step {i}: {pname}")
+    assert 1 <= counters["compiled_autograd"]["captures"] <= 2

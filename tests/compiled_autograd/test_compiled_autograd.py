@@ -31,9 +31,9 @@ Not ported (reason):
 * test_callback_graph_break_throws_error: torch raises for queue_callback with
   fullgraph=False; here a callback queued from a hook or a custom backward runs after
   the backward as eager's do (test_queue_callback), with or without fullgraph.
-* test_autograd_cpp_node_*: C++ autograd Functions through load_inline: not ported yet
-  (a gcc build per test would exceed the CI budget; the engine side is implemented:
-  ``bind_function(is_custom_function=True)``).
+* test_autograd_cpp_node_*: in test_cpp_nodes.py (one load_inline extension with a
+  traceable node and one with saved tensors, saved_data and an opaque backward), marked
+  slow: the gcc build takes about a minute on 2 cores.
 * The TestAutogradWithCompiledAutograd wrapper of test_autograd.py: not ported.
 """
 import io

@@ -127,6 +127,38 @@ class _TracingCtx:
         raise RuntimeError("compiled autograd: a traced backward may not set attributes on ctx")
 
 
+def _opaque_function(fn: Callable, name: str) -> Callable:
+    """A non-traceable backward (a C++ custom node's) as a named Python function, so the
+    graph's code can call it (the engine's binding has no name); capture breaks there."""
+    def opaque_backward(*args):
+        return fn(*args)
+
+    opaque_backward.__name__ = opaque_backward.__qualname__ = f"opaque_{name}"
+    opaque_backward._torchkiln_disable = True
+    return opaque_backward
+
+
+_SCALAR_TYPES = {0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64, 5: torch.float16,
+                 6: torch.float32, 7: torch.float64, 9: torch.complex64, 10: torch.complex128, 11: torch.bool,
+                 15: torch.bfloat16}
+
+
+def _empty_from_metadata(meta) -> torch.Tensor:
+    """An empty tensor as an output's metadata says.  Two forms reach here: ``(layout,
+    device, dtype, size)`` (a functional backward's outputs) and, for a C++ custom node on
+    torch 2.13, the packed ``InputMetadata``: ``((layout, _, device, scalar type number,
+    ...), size, is_tensor_subclass, ...)``."""
+    if isinstance(meta[0], tuple):
+        options, size = meta[0], meta[1]
+        dtype = _SCALAR_TYPES.get(options[3]) if isinstance(options[3], int) else options[3]
+        if dtype is None:
+            raise AssertionError(f"compiled autograd: unknown scalar type {options[3]} in output metadata")
+        layout = options[0] if isinstance(options[0], torch.layout) else torch.strided
+        return torch.empty(size, dtype=dtype, layout=layout, device=options[2])
+    layout, device, dtype, size = meta
+    return torch.empty(size, dtype=dtype, layout=layout, device=device)
+
+
 class _NoCallbacks(runtime._QueueingEngine):
     """The engine while a backward is traced: a backward that queues a callback is a
     runtime call (tracing runs it once, at capture)."""
@@ -282,7 +314,7 @@ class AutogradCapture:
         name = fn_name
         if is_custom_function:
             name = f"CppNode{fn_name}{sum(k.startswith('CppNode' + fn_name) for k in _functions)}"
-        _functions[name] = (fn, is_traceable)
+        _functions[name] = (fn if is_traceable else _opaque_function(fn, name), is_traceable)
         return name
 
     def apply_functional(self, fn_name: str, grads, args, output_metadata):
@@ -441,11 +473,7 @@ class AutogradCapture:
         outs = []
         with disable_proxy_modes_tracing():
             for meta in output_metadata:
-                if meta is None:
-                    outs.append(None)
-                else:
-                    layout, device, dtype, size = meta
-                    outs.append(torch.empty(size, dtype=dtype, layout=layout, device=device))
+                outs.append(None if meta is None else _empty_from_metadata(meta))
         self._bind_outputs(outs, proxy)
         return outs
 
