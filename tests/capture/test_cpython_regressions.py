@@ -212,3 +212,28 @@ def test_builtin_methods_of_constants_still_fold():
         return s.upper().split("B"), (3).__eq__(len), "{}-{}".format(1, "a"), i, x + 1
 
     _same_log_as_cpython(f, lambda: ("abc", torch.ones(1)))
+
+
+class _LoggedStr(str):
+    def __contains__(self, k):
+        _LOG.append("in")
+        return str.__contains__(self, k)
+
+    def __add__(self, other):
+        _LOG.append("add")
+        return _LoggedStr(str.__add__(self, other))
+
+    def __eq__(self, other):
+        _LOG.append("eq")
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_str_subclass_with_python_dunders_is_not_a_constant():
+    """A ``str`` subclass overriding dunders was a constant: ``in``, ``+`` and ``==`` ran its
+    methods once at trace time (and ``__eq__`` again in the guard on every call)."""
+    def f(w, x):
+        return "a" in w, w + "c", w == "ab", x + 1
+
+    _same_log_as_cpython(f, lambda: (_LoggedStr("ab"), torch.ones(1)))

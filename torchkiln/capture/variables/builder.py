@@ -30,7 +30,30 @@ _CONSTANT_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellip
 
 
 def is_constant(value) -> bool:
-    return isinstance(value, _CONSTANT_TYPES) or isinstance(value, enum.Enum)
+    """Whether ``value`` is treated as a constant: an instance of a builtin immutable type
+    (a subclass only when it overrides nothing in Python: numpy's float64, not a ``str``
+    subclass whose ``__eq__``/``__contains__`` would run at trace time and in guards), or an
+    enum member."""
+    if isinstance(value, enum.Enum):
+        return True
+    cls = type(value)
+    if cls in _CONSTANT_TYPES:
+        return True
+    return isinstance(value, _CONSTANT_TYPES) and not _python_overrides(cls)
+
+
+def _python_overrides(cls) -> bool:
+    """Whether a class between ``cls`` and its builtin base defines Python functions."""
+    flag = _OVERRIDES.get(cls)
+    if flag is None:
+        flag = _OVERRIDES[cls] = any(
+            isinstance(v, (types.FunctionType, property, classmethod, staticmethod)) and k not in ("__new__",)
+            for klass in cls.__mro__ if klass not in _CONSTANT_TYPES and klass is not object
+            for k, v in vars(klass).items())
+    return flag
+
+
+_OVERRIDES: dict = {}
 
 
 def is_torch_callable(value) -> bool:
