@@ -14,6 +14,8 @@ torch's and torchkiln's compiled autograd share the C++ engine, which binds its 
 formulas to whichever compiler object asks first in a process, so the two run in separate
 worker processes; each worker times its own eager steps interleaved with its compiled
 ones (1 thread), and the table reports ratios to that eager (speedup = eager ms / ms).
+Times are the calling thread's CPU time (``time.thread_time``; one intra-op thread, so
+all compute is on it): wall time on the shared machine swung 3x between runs with load.
 Lookup overhead: a 2-layer Linear(8) model's backward with compiled autograd whose
 compiler_fn returns the graph as is, minus the eager engine's backward, per call.
 """
@@ -66,9 +68,9 @@ def interleaved(steps: dict, warmup: int, repeat: int) -> dict:
     samples = {k: [] for k in steps}
     for _ in range(repeat):
         for k, fn in steps.items():
-            t = time.perf_counter()
+            t = time.thread_time()
             fn()
-            samples[k].append(time.perf_counter() - t)
+            samples[k].append(time.thread_time() - t)
     return {k: 1e3 * statistics.median(v) for k, v in samples.items()}
 
 
