@@ -215,3 +215,20 @@ def test_max_pool_default_args_keep_channels_last():
     compiled = _compile_aten(fn, x)
     assert "(200, 1, 40, 8, )" in compiled.source
     torch.testing.assert_close(compiled(x)[0], fn(x)[0], atol=1e-3, rtol=1e-4)
+
+
+def test_per_channel_values_tabled():
+    """A channels-last batch norm computes ``1 / sqrt(var + eps)`` once per channel in a
+    table before the loop nest, not per element; values match eager's."""
+    w = torch.randn(8, 3, 3, 3)
+    mean, var, g, b = torch.randn(8), torch.rand(8) + 0.5, torch.randn(8), torch.randn(8)
+
+    def fn(x):
+        y = torch.ops.aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        y = torch.relu(torch.ops.aten._native_batch_norm_legit_no_training(y, g, b, mean, var, 0.1, 1e-5)[0])
+        return (torch.ops.aten.convolution(y, w.new_ones(4, 8, 1, 1), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),)
+
+    x = torch.randn(2, 3, 10, 10)
+    compiled = _compile_aten(fn, x)
+    assert "tbl" in compiled.kernel_source
+    torch.testing.assert_close(compiled(x)[0], fn(x)[0], atol=1e-4, rtol=1e-4)

@@ -92,6 +92,9 @@ class Scope:
         # values that do not depend on loop_vars are computed in ``hoist`` (before the loop)
         self.hoist = hoist
         self.loop_vars = set(loop_vars)
+        # (lines before the loop nest, outer vars, inner var, its range): costly values of
+        # the inner var alone go to a table filled once (:meth:`CppKernel._tabled`)
+        self.table = None
 
     def lookup(self, value):
         scope = self
@@ -128,11 +131,36 @@ class CppKernel:
             return self.reductions[value.name]
         if scope.hoist is not None and not self._depends(value, scope.loop_vars, {}):
             return self.emit(value, scope.hoist)
+        if scope.table is not None:
+            ref = self._tabled(value, scope)
+            if ref is not None:
+                scope.names[value] = ref
+                return ref
         expr = self._expr(value, scope)
         name = self.tmp()
         scope.lines.append(f"{scope.indent}{vtype(value.dtype)} {name} = {expr};")
         scope.names[value] = name
         return name
+
+    def _tabled(self, value, scope: Scope):
+        """``tbl[x]`` for a costly value (a division, square root, transcendental) of the
+        inner loop variable ``x`` alone, the table filled once before the loop nest: a
+        channels-last batch norm computes ``1 / sqrt(var[c] + eps)`` per channel, not per
+        element.  None when ``value`` is not such a value."""
+        lines, outer, inner, extent = scope.table
+        if not isinstance(value, Op) or not _table_safe(value, {}) or self._depends(value, outer, {}) \
+                or _cost([value]) < 10:
+            return None
+        name = f"tbl{self.counter + 1}"
+        self.counter += 1
+        body = Scope(None, "    ")
+        v = self.emit(value, body)
+        lines.append(f"  {vtype(value.dtype)} {name}[{extent}];")
+        lines.append(f"  for (int64_t {inner} = 0; {inner} < {extent}; {inner}++) {{")
+        lines.extend(body.lines)
+        lines.append(f"    {name}[{inner}] = {v};")
+        lines.append("  }")
+        return f"{name}[{inner}]"
 
     def _depends(self, value, loop_vars, memo) -> bool:
         """Whether ``value`` changes with ``loop_vars`` (Masked values always stay in the loop)."""
@@ -326,10 +354,13 @@ class CppKernel:
             more, indent = self._loop_nest(inner, ranges[-1:], oindent, "#pragma omp simd")
             pre = Scope(None, oindent)
             scope = Scope(pre, indent, hoist=pre, loop_vars=inner)
+            tables: list[str] = []
+            if all(sympy.sympify(r).is_Integer and int(r) > 0 for r in ranges) and int(ranges[-1]) <= TABLE_MAX:
+                scope.table = (tables, set(outer), inner[0], int(ranges[-1]))
             for loop in k.loops:
                 for st in loop.body:
                     self._store(st, scope)
-            lines += body_lines + pre.lines + more + scope.lines
+            lines += tables + body_lines + pre.lines + more + scope.lines
             for d in range(len(xs), 0, -1):
                 lines.append("  " * d + "}")
             lines.append("}")
@@ -732,6 +763,23 @@ def _replace(value, old, new, memo=None):
 
 
 _EXPENSIVE = TRANSCENDENTAL | {"truediv", "sqrt", "rsqrt"}
+
+
+TABLE_MAX = 4096  # entries of a per-column table (CppKernel._tabled)
+
+
+def _table_safe(value, memo) -> bool:
+    """Whether ``value`` can be computed for every point of the inner range outside
+    the loop nest: direct loads only (indirect ones are checked in place), no masks."""
+    key = id(value)
+    if key not in memo:
+        if isinstance(value, Load):
+            memo[key] = not value.indirect
+        elif isinstance(value, Op):
+            memo[key] = all(_table_safe(a, memo) for a in value.args)
+        else:
+            memo[key] = isinstance(value, (Constant, IndexValue))
+    return memo[key]
 
 
 def _cost(values) -> int:
