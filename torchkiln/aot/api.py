@@ -13,7 +13,7 @@ from torch.fx.experimental.symbolic_shapes import PropagateUnbackedSymInts
 from . import autograd_cache
 from .analysis import run_analysis
 from .config import config
-from .dispatch import AOTConfig, aot_dispatch_flat
+from .dispatch import AOTConfig, _load_runtime, aot_dispatch_flat
 from .fakes import _active_fake_mode, make_fake_inputs, shape_env_of, tracing_context
 from .tracing import trace_forward, trace_joint as _trace_joint
 
@@ -164,6 +164,27 @@ def aot_module_simplified(gm: torch.nn.Module, example_inputs: list, fw_compiler
 
     forward.zero_grad = getattr(gm, "zero_grad", None)
     forward.named_parameters = getattr(gm, "named_parameters", None)
+    # the AOT autograd cache entry this runtime is (None: not cached, or a runtime the
+    # entry alone cannot rebuild); capture's warm start reloads it with load_compiled
+    forward.aot_cache_key = getattr(runtime, "cache_key", None) if not names else None
+    return forward
+
+
+def load_compiled(cache_key: str, *, fw_compiler: Callable, bw_compiler: Optional[Callable] = None,
+                  inference_compiler: Optional[Callable] = None) -> Optional[Callable]:
+    """What ``aot_module_simplified`` returned when it compiled (or loaded) the AOT
+    autograd cache entry ``cache_key``, rebuilt from that entry alone: no graph, no
+    tracing.  None (a miss, counted) when the entry or one of its FX graphs is gone or
+    the entry mutates inputs (its eager fallback for aliased inputs needs the graph)."""
+    aot_config = AOTConfig(fw_compiler, bw_compiler, None, None, 0, False, inference_compiler, False)
+    runtime = _load_runtime(cache_key, aot_config)
+    if runtime is None or runtime.meta.mutated_inputs:
+        return None
+
+    def forward(*args):
+        return tuple(runtime(*args))
+
+    forward.aot_cache_key = cache_key
     return forward
 
 

@@ -323,9 +323,10 @@ def meta_from_json(d: dict) -> ViewAndMutationMeta:
                                fw_out_fakes=[_fake_load(f) for f in d["fw_out_fakes"]])
 
 
-def save(key: str, meta: ViewAndMutationMeta, parts: dict) -> None:
+def save(key: str, meta: ViewAndMutationMeta, parts: dict) -> bool:
     """Save an entry; ``parts`` names the compiled graphs (``"fw"``, ``"bw"`` or
-    ``"inference"``: callables carrying ``cache_key``) and plain runtime facts."""
+    ``"inference"``: callables carrying ``cache_key``) and plain runtime facts.
+    Returns whether it was saved (False: a counted bypass)."""
     try:
         graphs = {}
         for name in ("fw", "bw", "inference"):
@@ -345,9 +346,10 @@ def save(key: str, meta: ViewAndMutationMeta, parts: dict) -> None:
         payload = cache_entry.pack(body)
     except BypassCache as e:
         _bypass(str(e))
-        return
+        return False
     get_store().put(NAMESPACE, key, payload)
     counters["aot_autograd"]["autograd_cache_saved"] += 1
+    return True
 
 
 class _GuardsDoNotHold(Exception):

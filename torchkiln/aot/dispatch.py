@@ -130,6 +130,7 @@ def _load_runtime(cache_key: str, aot_config: AOTConfig) -> Optional[Callable]:
                                         facts["num_fw_outs"], forward_in_grad_mode=facts["forward_in_grad_mode"])
         runtime = _autograd_wrapper(fn_cls, meta)
     runtime.meta = meta
+    runtime.cache_key = cache_key  # where it came from (capture's warm start records it)
     return runtime
 
 
@@ -152,8 +153,8 @@ def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTCon
         parts = runtime.cache_parts
         if parts is None:
             autograd_cache._bypass("the backward graph failed to compile ahead of time")
-        else:
-            autograd_cache.save(cache_key, meta, parts)
+        elif autograd_cache.save(cache_key, meta, parts):
+            runtime.cache_key = cache_key
     return runtime
 
 

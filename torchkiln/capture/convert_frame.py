@@ -15,6 +15,7 @@ from typing import Callable
 
 from ..exc import BackendCompilerFailed, Unsupported
 from ..shapes.policy import DynamicPolicy
+from . import warm_start
 from .frame import CacheEntry, bind_locals, skip_entry
 from .symbolic_convert import capture_frame
 from .verify import InvalidCode
@@ -31,9 +32,15 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, backend:
     "skip frame") and no graph is counted.
     """
     f_locals = bind_locals(fn, args, kwargs)
+    entry, warm_key = warm_start.lookup(fn, f_locals, backend, fullgraph, dynamic)
+    if entry is not None:  # installed from a frame record of an earlier process: no capture
+        return entry
     try:
-        return capture_frame(fn, f_locals, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
-                             compile_wrapper=compile_wrapper)
+        entry = capture_frame(fn, f_locals, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
+                              compile_wrapper=compile_wrapper)
+        if warm_key is not None:
+            warm_start.record(warm_key, entry)
+        return entry
     except Unsupported:
         if fullgraph:
             raise

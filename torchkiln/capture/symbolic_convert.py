@@ -24,6 +24,7 @@ from ..exc import Unsupported
 from .codegen import RuntimeCodegen, breaking_code, reads_caller_frame, returning_code, wrap_callee
 from .guards import entry_global_state, global_state
 from .frame import SKIP_MODULES, BreakReason, CacheEntry, LazyLocal, bind_locals, call_with_locals
+from . import warm_start
 from .resume import resume_function, translator_items
 from .source import attr_source, global_source, globals_dict_name, item_source, local_source
 from .variables.base import NULL, CellVariable, ConstantVariable, NullVariable, VariableTracker, unsupported
@@ -392,6 +393,7 @@ class InstructionTranslatorBase:
             f_globals = fn_vt.f_globals
             name = fn_vt.qualname
         bound = bind_args(self, code, defaults, kwdefaults, args, kwargs, name)
+        self.output.inlined.append((code, f_globals))
         sub = InliningInstructionTranslator(code, f_globals, bound, self.output, self.root, cells, self.depth + 1)
         sub.parent = self
         if code.co_flags & 0x20:  # CO_GENERATOR: runs lazily, one yield per next()
@@ -1057,6 +1059,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         output = OutputGraph(code.co_name)
         output.guards = GuardBuilder({"G": fn.__globals__})
         output.tensor_inputs = []
+        output.inlined = []  # (code, globals) of every function inlined: the warm start's record names them
         self.fn = fn
         self.backend = backend
         self.fullgraph = fullgraph
@@ -1187,7 +1190,9 @@ class InstructionTranslator(InstructionTranslatorBase):
             fn = self.fn
             return self._entry(lambda L: call_with_locals(fn, L), None, [])
         compiled, gm = self.output.compile(self.backend, cg.outputs, self.fullgraph)
-        return self._entry(returning_code(compiled, cg.inputs_getter(), cg.read_sources(), side, result), gm, [])
+        entry = self._entry(returning_code(compiled, cg.inputs_getter(), cg.read_sources(), side, result), gm, [])
+        entry.warm = warm_start.describe(self, cg, compiled, side, result_vt)  # the frame record (warm start)
+        return entry
 
     def finish_break(self, ip):
 

@@ -398,9 +398,41 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None
             compilers = {"fw_compiler": CUDAGraphCompiler(compile_fx_inner, copy_outputs=True),
                          "bw_compiler": CUDAGraphCompiler(compile_fx_inner, copy_outputs=True),
                          "inference_compiler": CUDAGraphCompiler(frozen or compile_fx_inner, copy_outputs=False)}
-        return aot_module_simplified(gm, example_inputs, decompositions=decompositions(), **compilers)
+        compiled = aot_module_simplified(gm, example_inputs, decompositions=decompositions(), **compilers)
+        if frozen is not None or cudagraphs:  # frame_cache.load rebuilds the default compilers only
+            compiled.aot_cache_key = None
+        return compiled
     except Exception as e:
         if config.debug or strict():
             raise
         warnings.warn(f"torchkiln inductor backend fell back to eager: {type(e).__name__}: {e}")
         return gm.forward
+
+
+class _FrameCacheProtocol:
+    """``compile_fx.frame_cache``: how capture's warm start (capture/warm_start.py) keys
+    and reloads what this backend compiled, without the captured graph (the protocol
+    is described in ``torchkiln/cache/__init__.py``)."""
+
+    @staticmethod
+    def enabled() -> bool:
+        from ..aot import config as aot_config
+
+        return bool(config.fx_graph_cache and aot_config.enable_autograd_cache and not config.freezing)
+
+    @staticmethod
+    def key_parts() -> dict:
+        from ..aot import config as aot_config
+        from ..cache import keys
+
+        return {"backend": "inductor", "codegen_config": keys.config_description(config),
+                "aot_config": keys.config_description(aot_config)}
+
+    @staticmethod
+    def load(aot_key: str):
+        from ..aot.api import load_compiled
+
+        return load_compiled(aot_key, fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner)
+
+
+compile_fx.frame_cache = _FrameCacheProtocol()

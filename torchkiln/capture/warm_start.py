@@ -1,0 +1,508 @@
+"""Warm start past capture: a frame captured in an earlier process is installed from a
+record, without interpreting its bytecode again.
+
+torch.compile's warm start re-runs Dynamo (bytecode interpretation, guards, shape
+work: pytorch#154456, #122540) before its caches help.  Here a cold capture that
+compiled its frame into one graph saves a *frame record* in the store (namespace
+``frames``), keyed by :func:`frame_key`: the function's module, qualified name, file
+name, first line and a digest of its code object's content (bytecode, constants,
+names; nested code objects included), the capture config, the backend's own key parts
+(``backend.frame_cache``, see ``torchkiln/cache/__init__.py``) and the versions of
+torchkiln, torch, Triton and Python.  A record holds plain data only, never a pickle:
+
+* ``guards``: every guard part as Python source over ``L``/``G`` plus its constants
+  described as data (literals, dtypes, devices, modules, and types, functions and code
+  objects named by module and qualified name);
+* ``inputs``: the graph inputs' sources; ``result``: the frame's return value as an
+  expression over the graph outputs ``___o`` and sources;
+* ``aot_key``: the AOT autograd cache entry of the compiled graph;
+* ``inlined``: module, qualified name and content digest of every function capture
+  inlined (torchkiln's own code is covered by the version key).
+
+In a new process the first miss of a frame (:func:`lookup`, called by
+``convert_frame``) rebuilds each record's guard from the *live* values (constants
+resolved again by name; a function whose content digest differs refuses the record)
+and evaluates it on the call's locals; the first record whose guard passes is
+installed: the compiled graph comes from the AOT/FX caches, the run function reads the
+inputs, calls the graph and builds the result.  Anything in doubt is a bypass to
+capture, counted in ``counters["warm_start"]`` (``hit``, ``miss``, ``saved``,
+``bypass``) with its reason in ``counters["warm_start_bypass"]`` and on the
+``torchkiln.cache`` logger: a damaged or foreign record, a constant that no longer
+resolves, an inlined function that changed, guards that fail, a graph no longer in the
+cache.  Every expression of a record is checked against a small grammar (names,
+attributes, subscripts, comparisons, a few builtins and tensor methods) before it is
+evaluated, when it is saved and when it is loaded.
+
+Not recorded (captured again in every process, reason counted as ``not_recordable``):
+frames with graph breaks (resume functions), side effects to replay, symbolic sizes,
+a constant or an inlined function that cannot be named, backends without
+``frame_cache`` (custom callables, ``mode=``/``options=``).  Once a frame was captured
+in a process, its records are not used again there (``reset()`` recaptures, as torch's).
+"""
+from __future__ import annotations
+
+import ast
+import logging
+import math
+import os
+import re
+import sys
+import types
+
+import torch
+
+from ..cache import entry as cache_entry
+from ..cache import get_store, keys
+from ..config import config
+from ..utils.counters import counters
+from .frame import CacheEntry, LazyLocal, bind_locals
+from .source import hoist_shared_prefixes
+
+log = logging.getLogger("torchkiln.cache")
+NAMESPACE = "frames"
+FORMAT = 1
+MAX_RECORDS = 8  # per frame key (recompiles for other shapes, dtypes...)
+
+_captured: set[str] = set()  # frame keys captured in this process: their records are not used here
+_code_digests: dict = {}
+
+
+class NotRecordable(Exception):
+    """This capture cannot be saved as a frame record (the message says why)."""
+
+
+class _Bypass(Exception):
+    pass
+
+
+def _protocol(backend):
+    if os.environ.get("TORCHKILN_WARM_START", "1") == "0":
+        return None
+    fc = getattr(backend, "frame_cache", None)
+    try:
+        return fc if fc is not None and fc.enabled() else None
+    except Exception:  # noqa: BLE001 - a backend's protocol must not break compiling
+        return None
+
+
+# ---- keys
+def code_digest(code: types.CodeType) -> str:
+    """SHA-256 of a code object's content: bytecode, constants (nested code objects by
+    their digest), names, argument counts and flags; not file names or line numbers."""
+    d = _code_digests.get(code)
+    if d is None:
+        consts = []
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                consts.append(["code", code_digest(c)])
+            elif isinstance(c, frozenset):
+                consts.append(["frozenset", sorted(map(repr, c))])
+            else:
+                consts.append([type(c).__name__, repr(c)])
+        desc = [code.co_code.hex(), consts, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
+                code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags, code.co_qualname]
+        d = _code_digests[code] = keys.digest(desc)
+    return d
+
+
+def frame_key(fn: types.FunctionType, protocol, fullgraph: bool, dynamic) -> str:
+    """The key of ``fn``'s frame records (stable across processes and directories)."""
+    code = fn.__code__
+    desc = {"module": fn.__module__, "qualname": code.co_qualname, "file": os.path.basename(code.co_filename),
+            "line": code.co_firstlineno, "code": code_digest(code), "versions": keys.versions(),
+            "capture_config": keys.config_description(config), "backend": protocol.key_parts(),
+            "fullgraph": bool(fullgraph),
+            "dynamic": [dynamic.assume_static, sorted([k, sorted(map(str, v))] for k, v in dynamic.dynamic_dims.items())]}
+    return "frame" + keys.digest(desc)[:48]
+
+
+# ---- constants as data
+_MISSING = object()
+
+
+def _resolve(module: str, qualname: str):
+    obj = sys.modules.get(module, _MISSING)
+    for part in qualname.split("."):
+        if obj is _MISSING or part.startswith("<"):
+            return _MISSING
+        obj = getattr(obj, part, _MISSING)
+    return obj
+
+
+def _code_of(obj):
+    if isinstance(obj, property):
+        obj = obj.fget
+    obj = getattr(obj, "__func__", obj)
+    return getattr(obj, "__code__", None)
+
+
+_modules_by_file: dict = {}
+
+
+def _module_of_code(code: types.CodeType) -> str | None:
+    name = _modules_by_file.get(code.co_filename)
+    if name is None or sys.modules.get(name) is None:
+        for mod_name, mod in list(sys.modules.items()):
+            f = getattr(mod, "__file__", None)
+            if f:
+                _modules_by_file.setdefault(f, mod_name)
+        name = _modules_by_file.get(code.co_filename)
+    return name
+
+
+def _plain(v) -> bool:
+    if v is None or type(v) in (bool, int, str, bytes):
+        return True
+    if type(v) is float:
+        return math.isfinite(v)
+    if type(v) in (list, tuple, set):
+        return all(_plain(i) for i in v)
+    if type(v) is dict:
+        return all(_plain(k) and _plain(i) for k, i in v.items())
+    return False
+
+
+def _same(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if type(a) in (list, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if type(a) is dict:
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def encode(v) -> list:
+    """A guard or result constant as data; raises NotRecordable for one that has no
+    stable name (an object, a lambda, a local function)."""
+    if _plain(v):
+        text = repr(v)
+        if _same(ast.literal_eval(text), v):
+            return ["lit", text]
+    if type(v) in (tuple, list):
+        return [type(v).__name__, [encode(i) for i in v]]
+    if isinstance(v, torch.dtype):
+        return ["dtype", str(v).removeprefix("torch.")]
+    if isinstance(v, torch.device):
+        return ["device", str(v)]
+    if isinstance(v, types.ModuleType):
+        if sys.modules.get(v.__name__) is v:
+            return ["module", v.__name__]
+    elif isinstance(v, types.CodeType):
+        module = _module_of_code(v)
+        if module is not None and _code_of(_resolve(module, v.co_qualname)) is v:
+            return ["code", module, v.co_qualname, code_digest(v)]
+    else:
+        module, qualname = getattr(v, "__module__", None), getattr(v, "__qualname__", None)
+        if isinstance(module, str) and isinstance(qualname, str) and _resolve(module, qualname) is v:
+            return ["obj", module, qualname]
+    raise NotRecordable(f"a constant that cannot be named: {type(v).__name__} {_short(v)}")
+
+
+def decode(d: list):
+    """The live value a described constant names now; raises _Bypass when it is gone
+    or (a code object) its content changed."""
+    kind = d[0]
+    if kind == "lit":
+        return ast.literal_eval(d[1])
+    if kind in ("tuple", "list"):
+        return (tuple if kind == "tuple" else list)(decode(i) for i in d[1])
+    if kind == "dtype":
+        v = getattr(torch, d[1], None)
+        if isinstance(v, torch.dtype):
+            return v
+    elif kind == "device":
+        return torch.device(d[1])
+    elif kind == "module":
+        if d[1] in sys.modules:
+            return sys.modules[d[1]]
+    elif kind == "code":
+        code = _code_of(_resolve(d[1], d[2]))
+        if isinstance(code, types.CodeType) and code_digest(code) == d[3]:
+            return code
+        raise _Bypass(f"changed source: {d[1]}.{d[2]}")
+    elif kind == "obj":
+        v = _resolve(d[1], d[2])
+        if v is not _MISSING:
+            return v
+    raise _Bypass(f"a guarded constant no longer resolves: {d}")
+
+
+# ---- expressions
+_BUILTINS = frozenset({"type", "len", "id", "list", "tuple", "hasattr", "getattr", "isinstance", "callable", "int", "float",
+                       "bool", "str", "bytes", "complex", "dict", "set", "frozenset", "slice", "range", "object"})
+_METHODS = frozenset({"dim", "size", "stride", "storage_offset", "keys", "is_contiguous"})
+_NODES = (ast.Expression, ast.Name, ast.Load, ast.Attribute, ast.Subscript, ast.Constant, ast.Compare, ast.BoolOp,
+          ast.UnaryOp, ast.Tuple, ast.List, ast.Set, ast.Call, ast.Slice, ast.And, ast.Or, ast.Not, ast.USub,
+          ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+_FIXED_ENV = {"___Tensor": torch.Tensor, "___inf": math.inf, "___is_grad_enabled": torch.is_grad_enabled,
+              "___Size": torch.Size}
+
+
+def check_expr(text: str) -> set[str]:
+    """The names ``text`` uses; raises NotRecordable unless it is within the grammar
+    records allow (no calls but a few builtins and tensor methods, no lambdas)."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as e:
+        raise NotRecordable(f"an expression that does not parse: {text[:80]}") from e
+    names = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, _NODES):
+            raise NotRecordable(f"a guard kind records cannot express ({type(node).__name__}): {text[:80]}")
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+            if not (node.id in ("L", "G") or node.id.startswith("___") or node.id in _BUILTINS):
+                raise NotRecordable(f"the name {node.id!r} in {text[:80]}")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr not in (
+                "__dict__", "__code__", "__closure__", "__defaults__", "__kwdefaults__", "__func__", "__self__"):
+            raise NotRecordable(f"the attribute {node.attr!r} in {text[:80]}")
+        elif isinstance(node, ast.Call):
+            f = node.func
+            if not ((isinstance(f, ast.Name) and f.id in _BUILTINS | {"___global_state", "___is_grad_enabled", "___Size"})
+                    or (isinstance(f, ast.Attribute) and f.attr in _METHODS)) or node.keywords:
+                raise NotRecordable(f"a call records cannot express: {text[:80]}")
+    return names
+
+
+def _describe_names(names: set[str], env: dict, prefix: str, out: dict) -> None:
+    for name in names:
+        if name in ("L", "G", "___o", "___global_state") or name in _FIXED_ENV or name in _BUILTINS or name in out:
+            continue
+        value = env.get(name, _MISSING)
+        if name.startswith("___g_") and isinstance(value, dict):
+            mod = value.get("__name__")
+            if isinstance(mod, str) and getattr(sys.modules.get(mod), "__dict__", None) is value:
+                out[name] = ["globals", mod]
+                continue
+        if value is _MISSING or not name.startswith(prefix):
+            raise NotRecordable(f"the guard name {name}")
+        out[name] = encode(value)
+
+
+# ---- the record, at the end of a capture
+def describe(tx, cg, compiled, side, result_vt):
+    """The frame record of a capture that ran to its end (a dict), or the reason it has
+    none (a str).  Called by the root translator after its guard is built."""
+    aot_key = getattr(compiled, "aot_cache_key", None)
+    if not isinstance(aot_key, str):
+        return "the compiled graph is not in the AOT autograd cache"
+    if side is not None:
+        return "side effects or a grad-mode change to replay"
+    out = tx.output
+    if out.symbol_sources:
+        return "symbolic sizes"
+    try:
+        g = out.guards
+        names: dict = {}
+        parts = []
+        for p in g.parts:
+            _describe_names(check_expr(p.code), g.env, "___c", names)
+            parts.append([p.code, list(p.size_of) if p.size_of is not None else None])
+        inputs = [i.source for i in out.inputs]
+        for s in inputs:
+            _describe_names(check_expr(s), g.env, "___c", names)
+        consts: dict = {}
+        result = _result_expr(cg, result_vt, consts, set())
+        for name, value in consts.items():
+            g.env[name] = value
+        _describe_names(check_expr(result), g.env, "___", names)
+        inlined = _describe_inlined(tx.fn.__code__, getattr(out, "inlined", ()))
+    except NotRecordable as e:
+        return str(e)
+    except Exception as e:  # noqa: BLE001 - describing must never break a capture
+        return f"{type(e).__name__}: {e}"
+    return {"aot_key": aot_key, "guards": parts, "inputs": inputs, "result": result, "names": names,
+            "inlined": inlined}
+
+
+def _result_expr(cg, vt, consts: dict, seen: set) -> str:
+    from .variables.base import ConstantVariable
+    from .variables.containers import ListVariable, SizeVariable, TupleVariable
+    from .variables.tensor import TensorVariable
+
+    if isinstance(vt, LazyLocal):
+        return vt.source
+    cls = type(vt)
+    if cls is TensorVariable:
+        if vt.node.op == "placeholder" and vt.source is not None:
+            return vt.source
+        idx = cg._out_index.get(vt.node)
+        if idx is None:
+            raise NotRecordable("a result tensor that is not a graph output")
+        return f"___o[{idx}]"
+    if cls is ConstantVariable:
+        value = vt.value
+        if _plain(value) and _same(ast.literal_eval(repr(value)), value):
+            return repr(value)
+        encode(value)
+        name = f"___r{len(consts)}"
+        consts[name] = value
+        return name
+    if cls in (TupleVariable, ListVariable, SizeVariable):
+        if cls is not SizeVariable and vt.source is not None:
+            return vt.source
+        if id(vt) in seen:
+            raise NotRecordable("one container twice in the result")
+        seen.add(id(vt))
+        items = [_result_expr(cg, i, consts, seen) for i in vt.items]
+        if cls is ListVariable:
+            return "[" + ", ".join(items) + "]"
+        text = "(" + "".join(i + ", " for i in items) + ")"
+        return f"___Size({text})" if cls is SizeVariable else text
+    raise NotRecordable(f"a {cls.__name__} in the frame's result")
+
+
+def _nested(code: types.CodeType, into: set) -> None:
+    into.add(code)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            _nested(c, into)
+
+
+def _describe_inlined(root: types.CodeType, inlined) -> list:
+    covered: set = set()
+    _nested(root, covered)
+    located = []
+    unlocated = []
+    for code, f_globals in {code: g for code, g in inlined}.items():
+        if code in covered:
+            continue
+        module = f_globals.get("__name__") if isinstance(f_globals, dict) else None
+        if isinstance(module, str) and module.split(".")[0] == "torchkiln":
+            continue  # polyfills: covered by the torchkiln version
+        if isinstance(module, str) and _code_of(_resolve(module, code.co_qualname)) is code:
+            located.append([module, code.co_qualname, code_digest(code)])
+            _nested(code, covered)
+        else:
+            unlocated.append(code)
+    for code in unlocated:
+        if code not in covered:
+            raise NotRecordable(f"inlined {code.co_qualname}, which cannot be found by name")
+    return located
+
+
+# ---- saving and loading
+def _bypass(reason: str) -> None:
+    counters["warm_start"]["bypass"] += 1
+    counters["warm_start_bypass"][reason.split(":")[0]] += 1
+    log.info("warm start bypass: %s", reason)
+
+
+def _read(key: str) -> list | None:
+    payload = get_store().get(NAMESPACE, key)
+    if payload is None:
+        return None
+    body, _ = cache_entry.unpack(payload)
+    if body.get("format") != FORMAT or not isinstance(body.get("records"), list):
+        raise _Bypass("a record of another format")
+    return body["records"]
+
+
+def record(key: str, entry: CacheEntry) -> None:
+    """Save ``entry``'s frame record (``entry.warm``, set by capture) under ``key``."""
+    _captured.add(key)
+    rec = getattr(entry, "warm", None)
+    if not isinstance(rec, dict):
+        counters["warm_start"]["not_recordable"] += 1
+        log.info("warm start: frame not recorded: %s", rec or "graph breaks or no graph")
+        return
+    try:
+        records = _read(key) or []
+    except Exception:  # noqa: BLE001 - a damaged list is replaced
+        records = []
+    records = [rec] + [r for r in records if r.get("guards") != rec["guards"]][:MAX_RECORDS - 1]
+    get_store().put(NAMESPACE, key, cache_entry.pack({"format": FORMAT, "records": records}))
+    counters["warm_start"]["saved"] += 1
+
+
+def lookup(fn: types.FunctionType, f_locals: dict, backend, fullgraph: bool, dynamic) -> tuple:
+    """``(entry, key)``: an entry installed from a frame record whose guards pass on
+    ``f_locals`` (or None: capture), and the frame key to record the capture under
+    (None: this frame is not recorded).  Never raises."""
+    protocol = _protocol(backend)
+    if protocol is None:
+        return None, None
+    try:
+        key = frame_key(fn, protocol, fullgraph, dynamic)
+    except Exception as e:  # noqa: BLE001
+        log.info("warm start: no frame key for %s (%s: %s)", fn.__qualname__, type(e).__name__, e)
+        return None, None
+    if key in _captured:
+        return None, key
+    try:
+        records = _read(key)
+    except Exception as e:  # noqa: BLE001 - CorruptEntry, a foreign format...
+        _bypass(f"damaged record: {type(e).__name__}: {e}")
+        return None, key
+    if records is None:
+        counters["warm_start"]["miss"] += 1
+        return None, key
+    reason = "no record"
+    for rec in records:
+        try:
+            entry = _install(fn, f_locals, rec, protocol)
+        except _Bypass as b:
+            reason = str(b)
+            continue
+        except NotRecordable as e:
+            reason = f"damaged record: {e}"
+            continue
+        except Exception as e:  # noqa: BLE001
+            reason = f"damaged record: {type(e).__name__}: {e}"
+            continue
+        counters["warm_start"]["hit"] += 1
+        return entry, key
+    _bypass(reason)
+    return None, key
+
+
+def _install(fn, f_locals, rec: dict, protocol) -> CacheEntry:
+    from .guards import GuardBuilder, global_state
+
+    for module, qualname, digest in rec["inlined"]:
+        code = _code_of(_resolve(module, qualname))
+        if not isinstance(code, types.CodeType) or code_digest(code) != digest:
+            raise _Bypass(f"changed source: inlined {module}.{qualname}")
+    env = {"G": fn.__globals__, "___global_state": global_state, **_FIXED_ENV}
+    for name, d in rec["names"].items():
+        if d[0] == "globals":
+            mod = sys.modules.get(d[1])
+            if mod is None:
+                raise _Bypass(f"a guarded constant no longer resolves: module {d[1]}")
+            env[name] = mod.__dict__
+        else:
+            env[name] = decode(d)
+    builder = GuardBuilder(env)
+    for code, size_of in rec["guards"]:
+        check_expr(code)
+        builder.add(code, size_of=tuple(size_of) if size_of is not None else None)
+    guard = builder.build()
+    if not guard.check(f_locals):
+        raise _Bypass(f"guard failed: {guard.failure_reason(f_locals)}")
+    for source in rec["inputs"]:
+        check_expr(source)
+    check_expr(rec["result"])
+    compiled = protocol.load(rec["aot_key"])
+    if compiled is None:
+        raise _Bypass("graph not in the cache")
+    run = _run_function(compiled, rec["inputs"], rec["result"], env)
+    entry = CacheEntry(guard=guard, fn=lambda *args, **kwargs: run(bind_locals(fn, args, kwargs)), run=run)
+    entry.warm = rec
+    return entry
+
+
+def _run_function(compiled, inputs: list, result: str, env: dict):
+    hoisted = hoist_shared_prefixes(inputs)
+    lines = ["def ___run(L):"]
+    lines += ["    " + line for setup, _ in hoisted for line in setup]
+    lines.append("    ___o = ___compiled(" + "".join(code + ", " for _, code in hoisted) + ")")
+    lines.append(f"    return {result}")
+    namespace = dict(env, ___compiled=compiled)
+    exec(compile("\n".join(lines) + "\n", "<torchkiln warm start>", "exec"), namespace)  # noqa: S102 - checked
+    return namespace["___run"]
+
+
+def _short(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
