@@ -1,0 +1,136 @@
+"""Warm start past capture (capture/warm_start.py): a new process installs frames
+from their records without capture, and every reason to doubt a record falls back to
+capture with a correct result.  Two subprocesses in all (cold, then warm), each
+calling one frame per case, so the suite pays for two imports."""
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from torchkiln.cache import entry as cache_entry
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+FRAMES = '''
+import os
+import torch
+
+SCALE = float(os.environ.get("WS_SCALE", "2.0"))
+NAMES = ["f_hit", "f_global", "f_source", "f_config", "f_shape", "f_dtype", "f_damaged", "f_forged"]
+
+
+def helper(x):
+    return torch.relu(x) * 2.0 + 1.0
+
+
+def changing_helper(x):
+    return torch.relu(x) * 2.0 + HELPER_CONSTANT
+
+
+def f_hit(x):
+    return helper(x), [x.shape[0], "a"]
+
+
+def f_global(x):
+    return torch.relu(x) * SCALE + 1.0, (x.dtype,)
+
+
+def f_source(x):
+    return changing_helper(x), None
+
+
+def f_config(x):
+    return helper(x), 1
+
+
+def f_shape(x):
+    return helper(x), 2
+
+
+def f_dtype(x):
+    return helper(x), 3
+
+
+def f_damaged(x):
+    return helper(x), 4
+
+
+def f_forged(x):
+    return helper(x), 5
+'''
+
+
+def _write(tmp_path, constant="1.0"):
+    (tmp_path / "wsframes.py").write_text(FRAMES.replace("HELPER_CONSTANT", constant))
+    for cached in (tmp_path / "__pycache__").glob("*"):
+        cached.unlink()
+
+
+def _run(tmp_path, phase, **env):
+    e = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1", **env)
+    p = subprocess.run([sys.executable, "-m", "tests.cache._warm_worker", str(tmp_path), phase], cwd=REPO, env=e,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_warm_start_hits_and_bypasses(tmp_path, fresh_cache):
+    _write(tmp_path)
+    cold = _run(tmp_path, "cold")
+    assert cold["ok"]
+    for name, f in cold["frames"].items():
+        assert f["captured"] == 1 and f["saved"] == 1 and f["hit"] == 0, (name, f)
+
+    frames_dir = fresh_cache / "frames"
+    # a damaged record (a flipped byte): the store's checksum makes it a miss
+    damaged = frames_dir / (cold["frames"]["f_damaged"]["key"] + ".entry")
+    data = bytearray(damaged.read_bytes())
+    data[-5] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    # a forged record with a valid checksum: its guard would run code; refused unread
+    marker = tmp_path / "pwned"
+    forged = frames_dir / (cold["frames"]["f_forged"]["key"] + ".entry")
+    body, _ = cache_entry.unpack(cache_entry.decode(forged.read_bytes()))
+    body["records"][0]["guards"].insert(0, [f"__import__('pathlib').Path({str(marker)!r}).touch() is None", None])
+    forged.write_bytes(cache_entry.encode(cache_entry.pack(body)))
+
+    _write(tmp_path, constant="3.0")  # changing_helper's source changed; f_source itself did not
+    warm = _run(tmp_path, "warm", WS_SCALE="5.0")
+    assert warm["ok"]  # every result equals eager's
+    frames = warm["frames"]
+    assert frames["f_hit"]["hit"] == 1 and frames["f_hit"]["captured"] == 0
+    assert frames["f_global"]["captured"] == 1 and frames["f_global"]["reasons"] == {"guard failed": 1}
+    assert frames["f_source"]["captured"] == 1 and frames["f_source"]["reasons"] == {"changed source": 1}
+    assert frames["f_config"]["captured"] == 1 and frames["f_config"]["miss"] == 1  # another key
+    assert frames["f_shape"]["captured"] == 1 and frames["f_shape"]["reasons"] == {"guard failed": 1}
+    assert frames["f_dtype"]["captured"] == 1 and frames["f_dtype"]["reasons"] == {"guard failed": 1}
+    assert frames["f_damaged"]["captured"] == 1 and frames["f_damaged"]["miss"] == 1
+    assert warm["corrupt"] == 1
+    assert frames["f_forged"]["captured"] == 1 and frames["f_forged"]["reasons"] == {"damaged record": 1}
+    assert not marker.exists()
+    # what the warm process captured again is recorded again (for the next process)
+    assert frames["f_global"]["saved"] == 1 and frames["f_shape"]["saved"] == 1
+
+
+def test_record_describes_guards_and_result():
+    """In process: a record's guards and result are data that rebuild the same checks."""
+    import torchkiln
+    from torchkiln.capture import warm_start
+
+    def f(x, n):
+        return torch.sin(x) + n, (x.shape, "k")
+
+    torchkiln.reset()
+    out = torchkiln.compile(f)(torch.ones(3), 2)
+    assert torch.allclose(out[0], torch.sin(torch.ones(3)) + 2) and out[1] == (torch.Size([3]), "k")
+    json.dumps(warm_start.encode((torch.float32, torch.device("cpu"), 3, "a")))
+    assert warm_start.decode(warm_start.encode(torch.nn.Linear)) is torch.nn.Linear
+    assert warm_start.decode(warm_start.encode(torch.float16)) is torch.float16
+    for bad in ("__import__('os')", "L['x'].__class__.__subclasses__()", "(lambda: 1)()", "L['x'].numpy()"):
+        try:
+            warm_start.check_expr(bad)
+        except warm_start.NotRecordable:
+            continue
+        raise AssertionError(f"accepted {bad}")
