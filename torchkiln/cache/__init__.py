@@ -15,6 +15,12 @@ need not import codegen): a compiler function may carry ``fn.graph_cache``, an o
 with ``enabled() -> bool`` and ``load(key) -> callable | None`` (the compiled graph
 saved under ``key``, or None if it is not, or no longer, in the cache); the callables
 it returns have ``cache_key`` (``None`` when that graph bypassed the cache).
+
+The protocol between capture's warm start and a backend (``capture/warm_start.py``):
+a backend may carry ``backend.frame_cache`` with ``enabled()``, ``key_parts() -> dict``
+(its config, part of every frame key) and ``load(aot_key) -> callable | None`` (what
+the backend returned for a graph whose AOT autograd entry is ``aot_key``); the
+callables the backend returns carry ``aot_cache_key`` (None: not reloadable).
 """
 from __future__ import annotations
 

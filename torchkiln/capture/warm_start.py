@@ -42,6 +42,8 @@ in a process, its records are not used again there (``reset()`` recaptures, as t
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import logging
 import math
 import os
@@ -51,8 +53,6 @@ import types
 
 import torch
 
-from ..cache import entry as cache_entry
-from ..cache import get_store, keys
 from ..config import config
 from ..utils.counters import counters
 from .frame import CacheEntry, LazyLocal, bind_locals
@@ -101,12 +101,14 @@ def code_digest(code: types.CodeType) -> str:
                 consts.append([type(c).__name__, repr(c)])
         desc = [code.co_code.hex(), consts, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
                 code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags, code.co_qualname]
-        d = _code_digests[code] = keys.digest(desc)
+        d = _code_digests[code] = hashlib.sha256(json.dumps(desc).encode()).hexdigest()
     return d
 
 
 def frame_key(fn: types.FunctionType, protocol, fullgraph: bool, dynamic) -> str:
     """The key of ``fn``'s frame records (stable across processes and directories)."""
+    from ..cache import keys  # not at import: ``import torchkiln`` does not load the cache
+
     code = fn.__code__
     desc = {"module": fn.__module__, "qualname": code.co_qualname, "file": os.path.basename(code.co_filename),
             "line": code.co_firstlineno, "code": code_digest(code), "versions": keys.versions(),
@@ -390,6 +392,8 @@ def _bypass(reason: str) -> None:
 
 
 def _read(key: str) -> list | None:
+    from ..cache import entry as cache_entry, get_store
+
     payload = get_store().get(NAMESPACE, key)
     if payload is None:
         return None
@@ -412,6 +416,8 @@ def record(key: str, entry: CacheEntry) -> None:
     except Exception:  # noqa: BLE001 - a damaged list is replaced
         records = []
     records = [rec] + [r for r in records if r.get("guards") != rec["guards"]][:MAX_RECORDS - 1]
+    from ..cache import entry as cache_entry, get_store
+
     get_store().put(NAMESPACE, key, cache_entry.pack({"format": FORMAT, "records": records}))
     counters["warm_start"]["saved"] += 1
 
