@@ -209,6 +209,10 @@ def _first_call(prefix: str, pristine, work, mode, opts: Options, compile_fn, gr
             ref = ref()
         row[f"{prefix}graphs"] = graphs_after[0] - graphs_before[0]
         row[f"{prefix}graph_breaks"] = graphs_after[1] - graphs_before[1]
+        if phase == "warm" and not prefix:  # frames installed from records, without capture
+            from torchkiln import counters
+
+            row["warm_start_hits"] = counters["warm_start"]["hit"]
         note = _torchkiln_warnings(caught)
         if note:
             row[f"{prefix}note"] = note
