@@ -217,7 +217,7 @@ def _cache_stats(console, path: str, local, stats: dict) -> None:
     from rich.table import Table
 
     t = Table("layer", "entries", "bytes", title=f"torchkiln cache: {path}", title_justify="left")
-    for ns in ("fxgraph", "aotautograd"):
+    for ns in ("fxgraph", "aotautograd", "frames"):
         items = local.entries(ns)
         t.add_row(ns, str(len(items)), f"{sum(size for _, size, _ in items):,}")
     for sub, suffix in (("cpp", ".so"), ("triton", ".py")):
@@ -226,7 +226,7 @@ def _cache_stats(console, path: str, local, stats: dict) -> None:
         t.add_row(f"{sub} ({suffix})", str(len(files)), f"{sum(os.path.getsize(f) for f in files):,}")
     console.print(t)
     layers = [("FX graph", "inductor", "fxgraph_cache_"), ("AOT autograd", "aot_autograd", "autograd_cache_"),
-              ("C++ library", "inductor", "cpp_cache_")]
+              ("C++ library", "inductor", "cpp_cache_"), ("frame record", "warm_start", "")]
     c = Table("cache", "hit", "miss", "bypass", "saved", title="since the last clear, all processes",
               title_justify="left")
     for label, group, prefix in layers:

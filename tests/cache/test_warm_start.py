@@ -18,7 +18,7 @@ import os
 import torch
 
 SCALE = float(os.environ.get("WS_SCALE", "2.0"))
-NAMES = ["f_hit", "f_global", "f_source", "f_config", "f_shape", "f_dtype", "f_damaged", "f_forged"]
+NAMES = ["f_hit", "f_global", "f_source", "f_config", "f_shape", "f_dtype", "f_damaged", "f_forged", "f_defaults"]
 
 
 def helper(x):
@@ -59,6 +59,14 @@ def f_damaged(x):
 
 def f_forged(x):
     return helper(x), 5
+
+
+def scaled(x, k=float(os.environ.get("WS_K", "2.0"))):
+    return torch.relu(x) * k + 1.0
+
+
+def f_defaults(x):
+    return scaled(x), 6
 '''
 
 
@@ -97,7 +105,7 @@ def test_warm_start_hits_and_bypasses(tmp_path, fresh_cache):
     forged.write_bytes(cache_entry.encode(cache_entry.pack(body)))
 
     _write(tmp_path, constant="3.0")  # changing_helper's source changed; f_source itself did not
-    warm = _run(tmp_path, "warm", WS_SCALE="5.0")
+    warm = _run(tmp_path, "warm", WS_SCALE="5.0", WS_K="3.0")
     assert warm["ok"]  # every result equals eager's
     frames = warm["frames"]
     assert frames["f_hit"]["hit"] == 1 and frames["f_hit"]["captured"] == 0
@@ -110,6 +118,7 @@ def test_warm_start_hits_and_bypasses(tmp_path, fresh_cache):
     assert warm["corrupt"] == 1
     assert frames["f_forged"]["captured"] == 1 and frames["f_forged"]["reasons"] == {"damaged record": 1}
     assert not marker.exists()
+    assert frames["f_defaults"]["captured"] == 1 and frames["f_defaults"]["bypass"] == 1  # an inlined default changed
     # what the warm process captured again is recorded again (for the next process)
     assert frames["f_global"]["saved"] == 1 and frames["f_shape"]["saved"] == 1
 

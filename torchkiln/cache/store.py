@@ -508,6 +508,7 @@ STAT_COUNTERS = {
     "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass", "cpp_cache_hit", "cpp_cache_miss",
                  "triton_cache_hit", "triton_cache_miss", "triton_cache_saved"),
     "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_saved", "autograd_cache_bypass"),
+    "warm_start": ("hit", "miss", "bypass", "saved"),
 }
 _flush_registered = False
 _flushed: collections.Counter = collections.Counter()

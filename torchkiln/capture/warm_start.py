@@ -60,7 +60,7 @@ from .source import hoist_shared_prefixes
 
 log = logging.getLogger("torchkiln.cache")
 NAMESPACE = "frames"
-FORMAT = 1
+FORMAT = 2
 MAX_RECORDS = 8  # per frame key (recompiles for other shapes, dtypes...)
 
 _captured: set[str] = set()  # frame keys captured in this process: their records are not used here
@@ -362,6 +362,13 @@ def _nested(code: types.CodeType, into: set) -> None:
             _nested(c, into)
 
 
+def _defaults(fn) -> list:
+    """A function's defaults as data (capture may have used them without a guard)."""
+    fn = getattr(fn.fget if isinstance(fn, property) else fn, "__func__", fn)
+    kw = getattr(fn, "__kwdefaults__", None)
+    return encode([getattr(fn, "__defaults__", None) or (), sorted(kw.items()) if kw else []])
+
+
 def _describe_inlined(root: types.CodeType, inlined) -> list:
     covered: set = set()
     _nested(root, covered)
@@ -373,8 +380,9 @@ def _describe_inlined(root: types.CodeType, inlined) -> list:
         module = f_globals.get("__name__") if isinstance(f_globals, dict) else None
         if isinstance(module, str) and module.split(".")[0] == "torchkiln":
             continue  # polyfills: covered by the torchkiln version
-        if isinstance(module, str) and _code_of(_resolve(module, code.co_qualname)) is code:
-            located.append([module, code.co_qualname, code_digest(code)])
+        fn = _resolve(module, code.co_qualname) if isinstance(module, str) else _MISSING
+        if _code_of(fn) is code:
+            located.append([module, code.co_qualname, code_digest(code), _defaults(fn)])
             _nested(code, covered)
         else:
             unlocated.append(code)
@@ -466,10 +474,17 @@ def lookup(fn: types.FunctionType, f_locals: dict, backend, fullgraph: bool, dyn
 def _install(fn, f_locals, rec: dict, protocol) -> CacheEntry:
     from .guards import GuardBuilder, global_state
 
-    for module, qualname, digest in rec["inlined"]:
-        code = _code_of(_resolve(module, qualname))
+    for module, qualname, digest, defaults in rec["inlined"]:
+        fn_ = _resolve(module, qualname)
+        code = _code_of(fn_)
         if not isinstance(code, types.CodeType) or code_digest(code) != digest:
             raise _Bypass(f"changed source: inlined {module}.{qualname}")
+        try:
+            same = _defaults(fn_) == defaults
+        except NotRecordable:
+            same = False
+        if not same:
+            raise _Bypass(f"changed source: the defaults of {module}.{qualname}")
     env = {"G": fn.__globals__, "___global_state": global_state, **_FIXED_ENV}
     for name, d in rec["names"].items():
         if d[0] == "globals":
