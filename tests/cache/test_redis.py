@@ -117,7 +117,7 @@ def test_forged_entry_is_rejected_and_never_executed(remote, tmp_path, monkeypat
         else:
             other = RedisStore(url, b"attacker-secret")
             client.set(k, SIGNED + other._mac(k.decode(), evil) + evil)
-    client.delete(*client.keys("torchkiln:aotautograd:*"))
+    client.delete(*client.keys("torchkiln:aotautograd:*"), *client.keys("torchkiln:frames:*"))  # only FX entries left
     new_local_dir(tmp_path, monkeypatch, "fresh")
     counters.clear()
     with warnings.catch_warnings(record=True) as caught:
