@@ -383,7 +383,7 @@ def merge(cold: dict, warm: dict) -> dict:
     times and peak memory, and turns an ``ok`` into its own mismatch or error."""
     row = dict(cold)
     for key, value in warm.items():
-        if key.endswith(("compile_warm_s", "warm_start_s", "peak_mb")) or key == "mem_kind":
+        if key.endswith(("compile_warm_s", "warm_start_s", "peak_mb")) or key in ("mem_kind", "warm_start_hits"):
             row[key] = value
     for prefix in ("", "peer_"):
         if row.get(f"{prefix}status") == "ok" and warm.get(f"{prefix}status") not in (None, "ok"):
