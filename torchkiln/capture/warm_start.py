@@ -244,12 +244,32 @@ _FIXED_ENV = {"___Tensor": torch.Tensor, "___inf": math.inf, "___is_grad_enabled
 def check_expr(text: str) -> set[str]:
     """The names ``text`` uses; raises NotRecordable unless it is within the grammar
     records allow (no calls but a few builtins and tensor methods, no lambdas)."""
+    return check_exprs([text])
+
+
+_UNSAFE_IN_TEXT = ("\n", "\r", "'''", '"""')
+
+
+def check_exprs(texts: list) -> set[str]:
+    """:func:`check_expr` of many expressions with one parse (a record has hundreds).
+
+    Each text is one line that cannot open a string or a line continuation into the
+    next (no newline, no triple quote, no trailing backslash), so every token of every
+    text is in the tuple parsed here and checked; a text that is not a whole
+    expression on its own either changes the tuple's length (refused) or fails to
+    compile where it is used alone (a bypass)."""
+    for t in texts:
+        if not isinstance(t, str) or any(u in t for u in _UNSAFE_IN_TEXT) or t.rstrip().endswith("\\"):
+            raise NotRecordable(f"an expression records cannot hold: {str(t)[:80]}")
+    text = texts[0] if len(texts) == 1 else f"{len(texts)} expressions"
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = ast.parse("(\n" + ",\n".join(texts) + ",\n)", mode="eval")
     except SyntaxError as e:
         raise NotRecordable(f"an expression that does not parse: {text[:80]}") from e
+    if not isinstance(tree.body, ast.Tuple) or len(tree.body.elts) != len(texts):
+        raise NotRecordable(f"expressions that do not parse one by one: {text[:80]}")
     names = set()
-    for node in ast.walk(tree):
+    for node in _walk(tree):
         if not isinstance(node, _NODES):
             raise NotRecordable(f"a guard kind records cannot express ({type(node).__name__}): {text[:80]}")
         if isinstance(node, ast.Name):
@@ -265,6 +285,61 @@ def check_expr(text: str) -> set[str]:
                     or (isinstance(f, ast.Attribute) and f.attr in _METHODS)) or node.keywords:
                 raise NotRecordable(f"a call records cannot express: {text[:80]}")
     return names
+
+
+def _walk(tree):
+    """Every node of ``tree`` (``ast.walk`` without its generators: records have
+    hundreds of guard parts, each checked when a record is loaded)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                stack.extend(v for v in value if isinstance(v, ast.AST))
+            elif isinstance(value, ast.AST):
+                stack.append(value)
+
+
+class _RecordGuard:
+    """The guard of a record: one generated check function, as capture's
+    (:meth:`GuardBuilder.build`); the per-part functions that only failure reasons
+    need are made on first use.  Same interface as :class:`~.guards.Guard`."""
+
+    def __init__(self, env: dict, parts: list) -> None:
+        from .guards import _guard_source
+
+        self._env, self._codes, self._full = env, parts, None
+        self.source_text = _guard_source([code for code, _ in parts])
+        exec(compile(self.source_text, "<torchkiln guard>", "exec"), env)  # noqa: S102 - checked parts
+        self.check = env.pop("___guard")
+
+    def _guard(self):
+        if self._full is None:
+            from .guards import GuardBuilder
+
+            builder = GuardBuilder(dict(self._env))
+            for code, size_of in self._codes:
+                builder.add(code, size_of=tuple(size_of) if size_of is not None else None)
+            self._full = builder.build()
+        return self._full
+
+    @property
+    def code_parts(self) -> list:
+        return self._guard().code_parts
+
+    def failure_reason(self, f_locals):
+        return self._guard().failure_reason(f_locals)
+
+    def size_failures(self, f_locals):
+        return self._guard().size_failures(f_locals)
+
+    def _failing(self, f_locals):
+        return self._guard()._failing(f_locals)
+
+    def __str__(self):
+        return self.source_text
 
 
 def _describe_names(names: set[str], env: dict, prefix: str, out: dict) -> None:
@@ -472,7 +547,7 @@ def lookup(fn: types.FunctionType, f_locals: dict, backend, fullgraph: bool, dyn
 
 
 def _install(fn, f_locals, rec: dict, protocol) -> CacheEntry:
-    from .guards import GuardBuilder, global_state
+    from .guards import global_state
 
     for module, qualname, digest, defaults in rec["inlined"]:
         fn_ = _resolve(module, qualname)
@@ -494,16 +569,10 @@ def _install(fn, f_locals, rec: dict, protocol) -> CacheEntry:
             env[name] = mod.__dict__
         else:
             env[name] = decode(d)
-    builder = GuardBuilder(env)
-    for code, size_of in rec["guards"]:
-        check_expr(code)
-        builder.add(code, size_of=tuple(size_of) if size_of is not None else None)
-    guard = builder.build()
+    check_exprs([code for code, _ in rec["guards"]] + list(rec["inputs"]) + [rec["result"]])
+    guard = _RecordGuard(env, rec["guards"])
     if not guard.check(f_locals):
         raise _Bypass(f"guard failed: {guard.failure_reason(f_locals)}")
-    for source in rec["inputs"]:
-        check_expr(source)
-    check_expr(rec["result"])
     compiled = protocol.load(rec["aot_key"])
     if compiled is None:
         raise _Bypass("graph not in the cache")
