@@ -209,3 +209,28 @@ def test_value_read_from_an_attribute_later_reassigned_keeps_the_old_object():
     torchkiln.reset()
     got, new = torchkiln.compile(f, backend="eager")(torch.ones(1), stack)
     assert torch.equal(got, expected) and list(new.cbs) == [3] and not stack.cbs
+
+
+def test_mutation_of_state_reached_through_a_torch_module_attribute():
+    # torch.<attr> was folded to a constant: the list append and the object's method ran
+    # once, at trace time, on a copy, and no call ever changed the real objects.
+    class Queue:
+        def __init__(self):
+            self.items = []
+
+        def push(self, v):
+            self.items.append(v)
+
+    def f(x):
+        torch.nn._kiln_test_queue.push(1)
+        torch._kiln_test_list.append(2)
+        return x + 1
+
+    torch.nn._kiln_test_queue, torch._kiln_test_list = Queue(), []
+    try:
+        compiled, _ = _compile(f)
+        for _ in range(3):
+            compiled(torch.ones(2))
+        assert torch.nn._kiln_test_queue.items == [1, 1, 1] and torch._kiln_test_list == [2, 2, 2]
+    finally:
+        del torch.nn._kiln_test_queue, torch._kiln_test_list

@@ -496,6 +496,24 @@ class NewObjectVariable(VariableTracker):
         return f"NewObjectVariable({self.cls.__name__})"
 
 
+# Attributes of these modules are folded to constants (no guard): their functions,
+# classes and constants do not change while a program runs.
+_FOLDED_MODULES = ("torch", "math", "operator", "builtins", "collections", "functools", "itertools", "typing",
+                   "dataclasses", "inspect")
+_MUTABLE_CONTAINERS = (list, dict, set, collections.OrderedDict, collections.defaultdict, collections.deque)
+
+
+def _is_mutable_state(value) -> bool:
+    """Whether a module attribute is state a program may change (a container, an object of a
+    class defined outside the folded modules): it is tracked through its source, not folded
+    (``torch.my_list.append(1)`` under capture was run once at trace time and then dropped)."""
+    if type(value) in _MUTABLE_CONTAINERS:
+        return True
+    if callable(value) or isinstance(value, (type, types.ModuleType)):
+        return False
+    return type(value).__module__.split(".")[0] not in (*_FOLDED_MODULES, "enum")
+
+
 class PythonModuleVariable(VariableTracker):
     """A Python module (``math``, ``torch.nn.functional``, a user module)."""
 
@@ -522,9 +540,12 @@ class PythonModuleVariable(VariableTracker):
             value = getattr(self.value, name)
         except AttributeError:
             unsupported(f"module {self.value.__name__} has no attribute {name}")
-        if self.value.__name__.split(".")[0] in ("torch", "math", "operator", "builtins", "collections",
-                                                 "functools", "itertools", "typing", "dataclasses", "inspect"):
+        if self.value.__name__.split(".")[0] in _FOLDED_MODULES and not _is_mutable_state(value):
+            if isinstance(value, types.ModuleType):  # keeps a source for mutable state under it
+                return PythonModuleVariable(value, self.source and attr_source(self.source, name))
             return wrap_constant_like(tx, value)
+        if self.source is None:
+            unsupported(f"mutable attribute {self.value.__name__}.{name} of a module without a source")
         return wrap(tx, value, attr_source(self.source, name))
 
     def reconstruct(self, cg):
