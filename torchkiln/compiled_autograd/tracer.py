@@ -101,27 +101,20 @@ class _Untraceable(Exception):
     pass
 
 
-class _TracingCtx:
+class _TracingCtx(runtime.LiftedCtx):
     """``ctx`` of a custom Function while its backward is traced: ``saved_tensors`` are
     the lifted (fake) saved tensors.  Of the real ctx only what the engine's cache key
     covers may be read (``needs_input_grad``...); any other attribute (``ctx.shape``, a
     stashed tensor) could differ on the next backward with the same key, so reading it
     makes the backward a runtime call instead (``call_backward``)."""
 
+    __slots__ = ()
     KEYED = frozenset({"needs_input_grad", "materialize_grads", "_forward_cls", "_autograd_function_id"})
-
-    def __init__(self, real, saved_tensors) -> None:
-        object.__setattr__(self, "_real", real)
-        object.__setattr__(self, "saved_tensors", tuple(saved_tensors))
-
-    @property
-    def saved_variables(self):
-        return self.saved_tensors
 
     def __getattr__(self, name):
         if name not in _TracingCtx.KEYED:
             raise _Untraceable(f"backward reads ctx.{name}")
-        return getattr(object.__getattribute__(self, "_real"), name)
+        return getattr(object.__getattribute__(self, "_ctx"), name)
 
     def __setattr__(self, name, value):
         raise RuntimeError("compiled autograd: a traced backward may not set attributes on ctx")
