@@ -81,6 +81,46 @@ def test_conv_blocks_training():
     _check(Block(), torch.randn(2, 3, 16, 16), train=True)
 
 
+def test_saved_activations_keep_channels_last():
+    """A conv output saved for the backward is returned channels-last by the forward
+    (only user-visible outputs take eager's strides) and the backward is compiled for
+    that layout; the conv weights are handed to oneDNN channels-last too."""
+    from torchkiln.aot import aot_function
+
+    torch.manual_seed(0)
+    w1, w2 = torch.randn(8, 3, 3, 3, requires_grad=True), torch.randn(8, 8, 3, 3, requires_grad=True)
+
+    def fn(x, w1, w2):
+        y = torch.relu(F.conv2d(x, w1, padding=1))
+        return F.conv2d(y, w2, padding=1) * 2
+
+    graphs = {}
+
+    def compiler(name):
+        def compile_(gm, vals):
+            from torchkiln.codegen import compile_fx_inner
+            with config.patch(debug=True, fx_graph_cache=False):
+                graphs[name] = compile_fx_inner(gm, vals)
+            return graphs[name]
+        return compile_
+
+    x = torch.randn(2, 3, 10, 10)
+    out = aot_function(fn, compiler("fw"), compiler("bw"))(x, w1, w2)
+    out.sum().backward()
+    grads = [w1.grad, w2.grad]
+    w1.grad = w2.grad = None
+    ref = fn(x, w1, w2)
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    assert out.stride() == ref.stride()
+    for a, b in zip(grads, [w1.grad, w2.grad]):
+        torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3)
+    fw_strides = graphs["fw"].output_strides
+    assert (800, 1, 80, 8) in fw_strides and fw_strides[0] == ref.stride()
+    # the backward expects the saved activation channels-last: no restride on entry
+    assert "if relu.stride() != (800, 1, 80, 8, ):" in graphs["bw"].source
+
+
 @pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
 def test_output_strides_follow_eager(fmt):
     torch.manual_seed(0)

@@ -197,8 +197,10 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
     num_saved_syms = sum(1 for n in saved if not isinstance(n.meta.get("val"), torch.Tensor))
     if trace.enabled:
         _trace_partition(saved, aot_config.aot_id)
+    fw_gm.graph.output_node().meta["user_visible_outputs"] = num_fw_outs
     with torch.no_grad():
         fw_compiled = aot_config.fw_compiler(fw_gm, _placeholder_vals(fw_gm))
+    _restride_saved(fw_gm, bw_gm, getattr(fw_compiled, "output_strides", None), num_fw_outs)
     bw_compiled = {}
 
     def get_bw(broadcast: tuple = ()):
@@ -231,6 +233,30 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
         "fw": fw_compiled, "bw": bw_now, "num_saved_tensors": len(saved) - num_saved_syms,
         "num_fw_outs": num_fw_outs, "forward_in_grad_mode": grad_mode_kernels}
     return runtime
+
+
+def _restride_saved(fw_gm, bw_gm, strides, num_fw_outs: int) -> None:
+    """The backward's saved-tensor placeholders given the strides the compiled forward
+    returns them with (``strides``, one per forward output, None where unknown), as
+    torch's AOT autograd does with Inductor's forward output strides: a channels-last
+    activation is then read as it is, not copied to eager's strides on each side.  A
+    forward that returns other strides at run time (an eager fallback) costs the
+    backward a copy (its wrapper restrides inputs), never a wrong read."""
+    if not strides:
+        return
+    fw_outs = fw_gm.graph.output_node().args[0]
+    saved = {n.name: i for i, n in enumerate(fw_outs) if isinstance(n, torch.fx.Node) and i >= num_fw_outs}
+    for ph in bw_gm.graph.nodes:
+        if ph.op != "placeholder" or ph.name not in saved or saved[ph.name] >= len(strides):
+            continue
+        val, stride = ph.meta.get("val"), strides[saved[ph.name]]
+        if not isinstance(val, torch.Tensor) or stride is None or len(stride) != val.dim() or tuple(val.stride()) == stride:
+            continue
+        if any(isinstance(s, torch.SymInt) for s in val.shape):
+            continue
+        with val.fake_mode if getattr(val, "fake_mode", None) is not None else contextlib.nullcontext():
+            ph.meta["val"] = torch.empty_strided(val.shape, stride, dtype=val.dtype, device=val.device)
+        ph.meta["traced_val"] = val  # what the users' fake values were computed from
 
 
 def _autograd_wrapper(fn_cls, meta: ViewAndMutationMeta) -> Callable:

@@ -9,6 +9,7 @@ compiling falls back to running the graph eagerly, with one warning.
 """
 from __future__ import annotations
 
+import ast
 import concurrent.futures
 import logging
 import threading
@@ -64,6 +65,18 @@ class CompiledGraph:
         self._launch_errors = launch_errors
         self._finishing = threading.Lock()
         self.current_callable = self._bind() if pending.done() else self._finish_then_call
+
+    @property
+    def output_strides(self) -> tuple:
+        """The strides each output is returned with (a tuple of ints per tensor output,
+        None where symbolic or not a tensor), as the wrapper allocates them: channels-last
+        activations a forward graph saves for its backward keep that layout
+        (aot/dispatch.py compiles the backward for them).  Read from the wrapper's source,
+        so a graph loaded from the FX graph cache has them too."""
+        for line in reversed(self.source.splitlines()):
+            if line.startswith("output_strides = "):
+                return ast.literal_eval(line[len("output_strides = "):])
+        return None
 
     def _bind(self):
         self._globals.update(self._pending.result())

@@ -111,6 +111,8 @@ def cache_key(gm: torch.fx.GraphModule, example_inputs) -> str:
     """The key of ``gm`` compiled for ``example_inputs``; raises ``BypassCache``."""
     desc = {
         "graph": keys.graph_description(gm),
+        # how many outputs keep eager's strides (the rest are saved for a backward: graph.py)
+        "user_visible_outputs": gm.graph.output_node().meta.get("user_visible_outputs"),
         "inputs": keys.inputs_description(example_inputs),
         "config": keys.config_description(config),
         "versions": keys.versions(),

@@ -138,7 +138,11 @@ class GraphLowering:
             return self._placeholder(node, val)
         if node.op == "output":
             outs = node.args[0]
-            self.outputs = [self._output(env[o] if isinstance(o, torch.fx.Node) else o, o) for o in outs]
+            # a forward graph's outputs past ``user_visible_outputs`` (aot/dispatch.py) are
+            # saved for the backward, which is compiled for the strides they get here
+            visible = node.meta.get("user_visible_outputs", len(outs))
+            self.outputs = [self._output(env[o] if isinstance(o, torch.fx.Node) else o, o, i < visible)
+                            for i, o in enumerate(outs)]
             return None
         if node.op == "get_attr":
             return self._constant(node)
@@ -245,13 +249,13 @@ class GraphLowering:
             expected *= size
         return list(val.stride())
 
-    def _output(self, value, node):
+    def _output(self, value, node, user_visible: bool = True):
         if isinstance(value, TensorBox):
             val = node.meta["val"]
             stride = self._dense_stride(val)
             out = value.realize(stride)
             base = out.base if isinstance(out, nodes.ReinterpretView) else out
-            if (stride is not None and not isinstance(base, (InputBuffer, nodes.MutationBuffer))
+            if (user_visible and stride is not None and not isinstance(base, (InputBuffer, nodes.MutationBuffer))
                     and layout_opt.is_channels_last(out.layout) and not _same_strides(out.layout, stride)):
                 # an intermediate stored in another layout (channels-last, codegen/layout.py):
                 # outputs keep eager's strides

@@ -1204,7 +1204,9 @@ def _restrided_val(op, args, fx_args, fx_kwargs, val):
     values' (static sizes only); ``val`` when none is, or when that cannot be worked out."""
     changed = {}
     for i, (a, f) in enumerate(zip(args, fx_args)):
-        fake = f.meta.get("val") if isinstance(f, torch.fx.Node) else None
+        # ``traced_val``: a backward's saved activation given the forward's strides
+        # (aot/dispatch.py) after the graph's fake values were computed
+        fake = f.meta.get("traced_val", f.meta.get("val")) if isinstance(f, torch.fx.Node) else None
         if isinstance(a, (Buffer, ReinterpretView)) and isinstance(fake, torch.Tensor) and a.layout is not None:
             strides = [sympy.sympify(s) for s in a.layout.stride]
             if list(fake.stride()) != strides and all(s.is_Integer for s in strides) \
@@ -1223,6 +1225,8 @@ def _restrided_val(op, args, fx_args, fx_kwargs, val):
                     fake = args[i]  # a default the graph's call left out (max pooling's padding)
                 if i in changed:
                     fake = torch.empty_strided(fake.shape, changed[i], dtype=fake.dtype, device=fake.device)
+                elif isinstance(f, torch.fx.Node) and "traced_val" in f.meta:
+                    fake = f.meta["traced_val"]
                 fakes.append(fake)
             kw = {k: torch.fx.node.map_arg(v, lambda n: n.meta.get("val")) for k, v in fx_kwargs.items()}
             new = op(*fakes, **kw)
@@ -1312,6 +1316,7 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     if not layout_opt.conv_prefers_channels_last(fakes[0], fakes[1], transposed):
         return make_extern(aten.convolution.default, args, {}, fallback=False)
     args[0] = layout_opt.realize_channels_last(x)
+    args[1] = layout_opt.realize_channels_last(weight)  # else ATen copies it, slower, on each call
     size = out_size()
     out = Layout(size, layout_opt.channels_last_strides(size), sympy.Integer(0), out_val().dtype,
                        out_val().device)

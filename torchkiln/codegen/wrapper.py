@@ -220,7 +220,20 @@ class WrapperCodegen:
                 outs.append(self.arg(out))
         body.append("return (" + "".join(o + ", " for o in outs) + ")")
         self.lines += ["    " + line for line in body]
+        self.lines.append(f"output_strides = {self._output_strides()!r}")
         return "\n".join(self.lines) + "\n", self.globals
+
+    def _output_strides(self) -> tuple:
+        """Each output's strides as ints (None: not a tensor, or symbolic strides): what the
+        backward of a forward graph is compiled for (``CompiledGraph.output_strides``)."""
+        out = []
+        for o in self.graph.outputs:
+            lay = getattr(o, "layout", None) if isinstance(o, (Buffer, ReinterpretView)) else None
+            strides = None
+            if lay is not None and all(sympy.sympify(x).is_Integer for x in lay.stride):
+                strides = tuple(int(x) for x in lay.stride)
+            out.append(strides)
+        return tuple(out)
 
     def _bind_unbacked(self, e) -> list[str]:
         """``u0 = buf3.size(0)`` for each unbacked symbol extern ``e`` defines, then the
