@@ -13,10 +13,9 @@ Counts that follow what PyTorch 2.13's engine does rather than the seed (older t
   capture, so a size change costs no recapture: test_dynamic_shapes,
   test_accumulate_without_zero and the custom-Function tests that vary sizes capture
   once per structure (the seed says 2, from an engine that started static).
-* A custom Function whose backward reads a ctx attribute the engine's cache key does
-  not cover (``ctx.shape``) or has Python side effects is called at runtime through a
-  ``call_backward`` node; capture graph-breaks there (the compiles count includes each
-  piece).
+* A custom Function's Python backward is a ``call_backward`` node that capture inlines
+  when it compiles the graph; a ctx attribute the engine's cache key does not cover
+  (``ctx.shape``) is guarded there, so each new value compiles the graph again.
 
 Not ported (reason):
 * test_dynamo_flaky_segfault, test_inputs_aliasing_bytecode_*, test_logging_tensor_flaky,
@@ -25,9 +24,9 @@ Not ported (reason):
 * test_issue106555, test_custom_fn_output_metadata, test_cudagraphs_*: CUDA (skip on
   this machine; not ported yet).
 * test_custom_fn_bw_graph_break, test_custom_fn_compiled_fw_bw_graph_break: the seed
-  counts Dynamo's unique_graphs for a backward with print(); a backward with Python side
-  effects is traced once at capture here unless it reads unkeyed ctx state, so its
-  print() runs at capture only (known difference, see docs/compiled_autograd.md).
+  counts Dynamo's unique_graphs for a backward with print(); here capture breaks the
+  graph at the print() too, and test_backward_side_effects.py checks that it and other
+  side effects (list, counter, global, ctx attribute, hooks) happen once per backward.
 * test_callback_graph_break_throws_error: torch raises for queue_callback with
   fullgraph=False; here a callback queued from a hook or a custom backward runs after
   the backward as eager's do (test_queue_callback), with or without fullgraph.
@@ -699,14 +698,14 @@ def test_custom_fn_saved_attr():
 
         return MyFn
 
-    # ctx.shape is not in the engine's key: the backward is a runtime call_backward node
-    # (capture breaks the graph there: 2 graphs compiled per capture).
-    _custom_fn_check(make, count=[1, None], compiler_fn=make_compiler_fn(fullgraph=False))
+    # ctx.shape is not in the engine's key: capture inlines the call_backward node and
+    # guards on ctx.shape: one capture, a compile per distinct size (5)
+    _custom_fn_check(make, count=[1, 5])
 
 
 def test_custom_fn_runtime_backward_reads_lifted_saved_tensors():
-    # A backward called at runtime (it reads ctx.scale, outside the key) gets the lifted
-    # saved tensors: the engine has released the node's own before the graph runs.
+    # The backward (inlined by capture; it reads ctx.scale, outside the key, guarded) gets
+    # the lifted saved tensors: the engine has released the node's own before the graph runs.
     def make():
         class MyFn(torch.autograd.Function):
             @staticmethod
@@ -722,7 +721,7 @@ def test_custom_fn_runtime_backward_reads_lifted_saved_tensors():
 
         return MyFn
 
-    _custom_fn_check(make, count=[1, None], compiler_fn=make_compiler_fn(fullgraph=False))
+    _custom_fn_check(make, count=[1, 5])  # a compile per distinct ctx.scale
 
 
 def test_compiled_forward_from_aot_cache(tmp_path, monkeypatch):

@@ -112,7 +112,7 @@ def _compiled_autograd_checks(batches, ref_losses, ref_grads) -> None:
     # the hooks and post-backward Functions are runtime calls of the one captured graph
     targets = [n.target.__name__ for n in graphs[0].graph.nodes if n.op == "call_function"
                and hasattr(n.target, "__name__")]
-    assert {"call_hook", "call_backward", "accumulate_grads"} <= set(targets), sorted(set(targets))
+    assert {"call_hook", "call_backward_opaque", "accumulate_grads"} <= set(targets), sorted(set(targets))
 
 
 def test_fsdp2():

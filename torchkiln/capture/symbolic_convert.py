@@ -265,7 +265,16 @@ class InstructionTranslatorBase:
                 raise
             return hasattr(ptype, name)
 
-    def setattr(self, obj, name, value):
+    def setattr(self, obj, name, value, generic=False):
+        if isinstance(obj, NewObjectVariable) and not generic:
+            from .variables.user_defined import mro_lookup
+
+            setter = mro_lookup(obj.python_type(), "__setattr__")
+            if isinstance(setter, types.FunctionType):  # a user __setattr__: inlined
+                from .variables.functions import UserFunctionVariable
+
+                UserFunctionVariable(setter).call_function(self, [obj, ConstantVariable(name), value], {})
+                return
         if isinstance(obj, NewObjectVariable) or hasattr(obj, "store_attr"):
             obj.store_attr(self, name, value)
             return
@@ -856,7 +865,7 @@ class InstructionTranslatorBase:
         if isinstance(fn, BuiltinVariable) and fn.fn is super:
             return self.make_super(args)
         if isinstance(fn, BuiltinVariable) and fn.fn is object.__setattr__:
-            self.setattr(args[0], args[1].as_python_constant(), args[2])
+            self.setattr(args[0], args[1].as_python_constant(), args[2], generic=True)
             return ConstantVariable(None)
         return fn.call_function(self, args, kwargs)
 

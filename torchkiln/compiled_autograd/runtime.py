@@ -2,8 +2,9 @@
 
 * ``call_hook(hook, *args, hook_type=)``: a hook node of the graph; a hook that returns
   ``None`` leaves its argument unchanged (as eager's engine does).
-* ``call_backward(ctx, saved_tensors, *grads)``: a custom ``autograd.Function.backward``
-  that could not be traced, called as eager calls it.
+* ``call_backward(ctx, saved_tensors, *grads, expected=)``: a custom Python
+  ``autograd.Function.backward``, called as eager calls it (capture inlines it when the
+  graph is compiled); ``call_backward_opaque`` the same, never inlined.
 * :class:`CompiledBackward`: the wrapper the engine caches with the compiled graph; it
   turns the engine's arguments into the graph's, runs it, runs C++ tensor pre-hooks
   (``retain_grad``) on the gradients they saw, and then does eager's
@@ -34,38 +35,84 @@ def call_hook(hook: Callable, *args: Any, hook_type: str) -> Any:
     return args[0] if result is None else result
 
 
+_store = object.__setattr__  # a plain attribute store, past LiftedCtx.__setattr__
+
+
 class LiftedCtx:
     """A custom Function's real ``ctx`` whose ``saved_tensors`` are the lifted ones: the
     engine releases a node's saved variables before the compiled backward runs (unless
     ``retain_graph``), so ``ctx.saved_tensors`` itself would raise eager's "backward
-    through the graph a second time" error.  Every other attribute is the real ctx's."""
-
-    __slots__ = ("_ctx", "saved_tensors")
+    through the graph a second time" error.  Every other attribute is the real ctx's,
+    read and written (as torch's ``FakeBackwardCFunction``, but writes reach the real
+    ctx too).  A plain class, so that capture can build and inline it."""
 
     def __init__(self, ctx, saved_tensors: Sequence[torch.Tensor]) -> None:
-        object.__setattr__(self, "_ctx", ctx)
-        object.__setattr__(self, "saved_tensors", tuple(saved_tensors))
+        _store(self, "_ctx", ctx)
+        _store(self, "saved_tensors", tuple(saved_tensors))
 
     @property
     def saved_variables(self):
         return self.saved_tensors
 
     def __getattr__(self, name):
-        return getattr(object.__getattribute__(self, "_ctx"), name)
+        return getattr(self._ctx, name)
 
     def __setattr__(self, name, value):
-        setattr(object.__getattribute__(self, "_ctx"), name, value)
+        setattr(self._ctx, name, value)
 
 
-def call_backward(ctx, saved_tensors: Sequence[torch.Tensor], *grads: Any) -> tuple:
-    """Call a custom Function's backward eagerly, on the real ``ctx`` with the lifted
-    saved tensors.  Capture does not inline it (a graph break): the backward's Python
-    runs as eager runs it."""
+def call_backward(ctx, saved_tensors: Sequence[torch.Tensor], *grads: Any, expected: Sequence) -> tuple:
+    """Call a custom Function's Python backward on the real ``ctx`` with the lifted saved
+    tensors.  When the captured graph is compiled with ``torchkiln.compile``, capture
+    inlines this call as it inlines any function: the backward's tensor work joins the
+    graph, its Python side effects (a list append, an attribute store) are replayed on
+    every call, what it reads of ``ctx`` is guarded, and what capture cannot trace is a
+    graph break, run eagerly on each backward (as torch's compiled autograd and Dynamo
+    do).  Uncompiled, the backward simply runs on each backward, as eager runs it."""
     result = ctx._forward_cls.backward(LiftedCtx(ctx, saved_tensors), *grads)
-    return result if isinstance(result, tuple) else (result,)
+    return _validate_grads(ctx, result if isinstance(result, tuple) else (result,), expected)
 
 
-call_backward._torchkiln_disable = True
+def _validate_grads(ctx, grads: tuple, expected: Sequence) -> tuple:
+    """Eager's check of a custom backward's result against its forward's inputs
+    (``expected[i]``: ``(dtype, device, size)``, ``None`` where no gradient is wanted):
+    the count (extra results must be ``None``), a broadcast gradient summed back to the
+    input's size, another dtype cast; eager's errors otherwise."""
+    name = type(ctx).__name__
+    if len(grads) < len(expected) or any(g is not None for g in grads[len(expected):]):
+        raise RuntimeError(f"function {name} returned an incorrect number of gradients "
+                           f"(expected {len(expected)}, got {len(grads)})")
+    out = []
+    for i, (grad, meta) in enumerate(zip(grads, expected)):
+        if grad is None or meta is None:
+            out.append(None)
+            continue
+        dtype, device, size = meta
+        if list(grad.shape) != list(size):
+            if not _expandable(size, grad.shape):
+                raise RuntimeError(f"Function {name} returned an invalid gradient at index {i} - got "
+                                   f"{list(grad.shape)} but expected shape compatible with {list(size)}")
+            grad = grad.sum_to_size(size)
+        if grad.dtype != dtype:
+            grad = grad.to(dtype)
+        out.append(grad)
+    return tuple(out)
+
+
+def _expandable(size, target) -> bool:
+    if len(size) > len(target):
+        return False
+    return all(s == 1 or s == t for s, t in zip(reversed(list(size)), reversed(list(target))))
+
+
+def call_backward_opaque(ctx, saved_tensors: Sequence[torch.Tensor], *grads: Any, expected: Sequence) -> tuple:
+    """:func:`call_backward` that capture never inlines (a graph break): for backwards
+    marked ``_torchkiln_opaque_backward`` (FSDP2's collectives) or that the engine gives
+    opaque state (``BackwardState``, opaque objects)."""
+    return call_backward(ctx, saved_tensors, *grads, expected=expected)
+
+
+call_backward_opaque._torchkiln_disable = True
 
 
 def unwrap_size(x) -> int:

@@ -10,20 +10,21 @@ callback records into one FX graph:
 * ATen backward formulas (``apply_functional``, ``validate_outputs``, ``accumulate``)
   are run on fake tensors under a ``ProxyTorchDispatchMode``, so the graph holds the
   ATen ops themselves (``aten.mul.Tensor``, ``aten.mm.default``...).
-* Python ``autograd.Function.backward`` is traced the same way with ``ctx.saved_tensors``
-  bound to the lifted saved tensors; torchkiln's own compiled Functions contribute their
-  backward ATen graph.  A backward that cannot be traced (data-dependent control flow,
-  an opaque kernel) becomes one ``call_backward`` node run at runtime, and so does one
-  whose class sets ``_torchkiln_opaque_backward`` (a backward with side effects that
-  must run at each backward, not once while capturing: FSDP2's).
+* Python ``autograd.Function.backward`` is a ``call_backward(ctx, saved, *grads)`` node,
+  never run at capture: it runs on each backward, and when the graph is compiled with
+  ``torchkiln.compile`` capture inlines it (tensor work in the graph, side effects
+  replayed, reads of ``ctx`` guarded, a graph break where it cannot trace), as torch's
+  compiled autograd does with Dynamo.  One whose class sets ``_torchkiln_opaque_backward``
+  (FSDP2's collectives) is a ``call_backward_opaque`` node that capture never inlines.
+  torchkiln's own compiled Functions contribute their backward ATen graph.
 * Hooks (tensor pre-hooks, node pre/post hooks, saved-tensor unpack hooks) become
   ``call_hook(hooks[i], ...)`` nodes: the hook runs at runtime (or is inlined by capture
   when the graph is compiled), never at capture time.
 * ``accumulate_grad`` records the leaf and its gradient; the graph returns the
   gradient and :class:`~torchkiln.compiled_autograd.runtime.CompiledBackward` assigns or
   accumulates it into ``.grad`` as eager's ``AccumulateGrad`` does, then runs the
-  post-accumulate-grad hooks.  Accumulates that come before a ``call_backward`` node
-  (an untraced backward may read ``.grad``) are done in the graph instead, by a
+  post-accumulate-grad hooks.  Accumulates that come before a backward that may read
+  ``.grad`` (``call_backward_opaque``) are done in the graph instead, by a
   ``runtime.accumulate_grads`` node placed before it.
 
 Graph signature: ``forward(inputs, sizes, scalars, hooks, packed_data)``: ``inputs`` the
@@ -55,7 +56,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..utils.counters import counters
 from . import logs, runtime
-from .runtime import AccumulateRecord, call_backward, call_hook
+from .runtime import AccumulateRecord, call_backward, call_backward_opaque, call_hook
 
 PLACEHOLDERS = ("inputs", "sizes", "scalars", "hooks", "packed_data")
 _capture_ids = itertools.count()
@@ -97,29 +98,6 @@ class _CallableStr(str):
         return str(self)
 
 
-class _Untraceable(Exception):
-    pass
-
-
-class _TracingCtx(runtime.LiftedCtx):
-    """``ctx`` of a custom Function while its backward is traced: ``saved_tensors`` are
-    the lifted (fake) saved tensors.  Of the real ctx only what the engine's cache key
-    covers may be read (``needs_input_grad``...); any other attribute (``ctx.shape``, a
-    stashed tensor) could differ on the next backward with the same key, so reading it
-    makes the backward a runtime call instead (``call_backward``)."""
-
-    __slots__ = ()
-    KEYED = frozenset({"needs_input_grad", "materialize_grads", "_forward_cls", "_autograd_function_id"})
-
-    def __getattr__(self, name):
-        if name not in _TracingCtx.KEYED:
-            raise _Untraceable(f"backward reads ctx.{name}")
-        return getattr(object.__getattribute__(self, "_ctx"), name)
-
-    def __setattr__(self, name, value):
-        raise RuntimeError("compiled autograd: a traced backward may not set attributes on ctx")
-
-
 def _opaque_function(fn: Callable, name: str) -> Callable:
     """A non-traceable backward (a C++ custom node's) as a named Python function, so the
     graph's code can call it (the engine's binding has no name); capture breaks there."""
@@ -150,14 +128,6 @@ def _empty_from_metadata(meta) -> torch.Tensor:
         return torch.empty(size, dtype=dtype, layout=layout, device=options[2])
     layout, device, dtype, size = meta
     return torch.empty(size, dtype=dtype, layout=layout, device=device)
-
-
-class _NoCallbacks(runtime._QueueingEngine):
-    """The engine while a backward is traced: a backward that queues a callback is a
-    runtime call (tracing runs it once, at capture)."""
-
-    def queue_callback(self, callback) -> None:
-        raise _Untraceable("backward queues an engine callback")
 
 
 class AutogradCapture:
@@ -262,14 +232,15 @@ class AutogradCapture:
         """Eager's engine sets ``.grad`` when a leaf's ``AccumulateGrad`` runs, and an
         untraced ``Function.backward`` that runs later may read it (FSDP2's post-backward
         reduce-scatters ``.grad`` of the unsharded parameters).  So the accumulates that
-        come before a ``call_backward`` node become one ``runtime.accumulate_grads`` node
-        placed just before it (both are graph breaks when the graph is compiled); the
-        rest stay deferred to the runtime wrapper, which does them after the graph.
-        Hooks (``call_hook``, inlined when the graph is compiled) still see the ``.grad``
-        of before the backward."""
+        come before a ``call_backward_opaque`` node, or a ``call_backward`` node whose
+        backward's own code reads a ``.grad`` attribute, become one
+        ``runtime.accumulate_grads`` node placed just before it (a graph break when the
+        graph is compiled); the rest stay deferred to the runtime wrapper, which does them
+        after the graph.  Hooks and other backwards (inlined when the graph is compiled)
+        see the ``.grad`` of before the backward."""
         order = {node: i for i, node in enumerate(self.tracer.graph.nodes)}
-        opaque = [node for node in self.tracer.graph.nodes
-                  if node.op == "call_function" and node.target is call_backward]
+        opaque = [node for node in self.tracer.graph.nodes if node.op == "call_function" and (
+            node.target is call_backward_opaque or (node.target is call_backward and node.meta.get("reads_grad")))]
         if not opaque or not self.accumulates:
             return
         pending = sorted(range(len(self.accumulates)), key=lambda i: order[self.accumulate_positions[i]])
@@ -344,41 +315,33 @@ class AutogradCapture:
                             maybe_backward_state_idx=None, opaque_object_indices=()):
         if (maybe_backward_state_idx is not None or opaque_object_indices
                 or getattr(ctx._forward_cls, "_torchkiln_opaque_backward", False)):
-            return self._opaque_backward(inputs, output_metadatas, saved_tensors, backward_idx)
+            return self._call_backward_node(call_backward_opaque, ctx, inputs, output_metadatas, saved_tensors,
+                                            backward_idx)
+        traced = getattr(ctx._forward_cls, "_torchkiln_trace_backward", None)
+        if traced is None:  # Python: a call_backward node, run (or inlined by capture) per backward
+            return self._call_backward_node(call_backward, ctx, inputs, output_metadatas, saved_tensors,
+                                            backward_idx)
         checkpoint = self._graph_checkpoint()
         try:
-            grads = self._trace_backward(ctx, inputs, saved_tensors)
+            grads = traced(ctx, saved_tensors, list(inputs))  # torchkiln's compiled Function: its ATen graph
         except Exception:  # noqa: BLE001 - any failure to trace means: call it at runtime
             self._rollback(checkpoint)
-            return self._opaque_backward(inputs, output_metadatas, saved_tensors, backward_idx)
-        return tuple(g if meta is not None else None for g, meta in zip(grads, output_metadatas))
-
-    def _trace_backward(self, ctx, inputs, saved_tensors):
-        cls = ctx._forward_cls
-        traced = getattr(cls, "_torchkiln_trace_backward", None)
-        if traced is not None:  # torchkiln's compiled Function: its ATen backward graph
-            grads = traced(ctx, saved_tensors, list(inputs))
-        else:
-            before = len(self.tracer.tensor_attrs)
-            variable = torch.autograd.Variable
-            engine, variable._execution_engine = variable._execution_engine, _NoCallbacks(variable._execution_engine, [])
-            try:
-                grads = cls.backward(_TracingCtx(ctx, saved_tensors), *inputs)
-            finally:
-                variable._execution_engine = engine
-            if len(self.tracer.tensor_attrs) != before:
-                raise _Untraceable("backward read a tensor from outside the graph")
+            return self._call_backward_node(call_backward_opaque, ctx, inputs, output_metadatas, saved_tensors,
+                                            backward_idx)
         if not isinstance(grads, tuple):
             grads = (grads,)
-        for g in grads:
-            if g is not None and not (isinstance(g, torch.Tensor) and fetch_object_proxy(self.tracer, g) is not None):
-                raise _Untraceable("backward returned a tensor the graph did not compute")
-        return grads
+        return tuple(g if meta is not None else None for g, meta in zip(grads, output_metadatas))
 
-    def _opaque_backward(self, inputs, output_metadatas, saved_tensors, backward_idx):
-        proxy = self.tracer.create_proxy("call_function", call_backward,
+    def _call_backward_node(self, target, ctx, inputs, output_metadatas, saved_tensors, backward_idx):
+        """A ``target(ctx, saved_tensors, *grads, expected=...)`` node; its outputs are
+        empty tensors as the engine's metadata says (``expected`` makes the real ones so)."""
+        expected = [None if meta is None else (meta[2], meta[1], list(meta[3])) for meta in output_metadatas]
+        proxy = self.tracer.create_proxy("call_function", target,
                                          (self.p_hooks[backward_idx], self.to_proxy(list(saved_tensors)),
-                                          *self.to_proxy(list(inputs))), {})
+                                          *self.to_proxy(list(inputs))),
+                                         {"expected": self.to_proxy(expected)})
+        backward = getattr(ctx._forward_cls.backward, "__code__", None)
+        proxy.node.meta["reads_grad"] = backward is None or "grad" in backward.co_names
         with disable_proxy_modes_tracing():
             outs = []
             for meta in output_metadatas:
@@ -511,7 +474,7 @@ class AutogradCapture:
             graph.erase_node(node)
 
     def _dce(self) -> None:
-        impure = {call_hook, call_backward, runtime.accumulate_grads}
+        impure = {call_hook, call_backward, call_backward_opaque, runtime.accumulate_grads}
         keep = set()
         for ph in self.tracer.graph.find_nodes(op="placeholder"):
             keep.update(ph.users)

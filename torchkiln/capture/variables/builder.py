@@ -291,7 +291,8 @@ def _wrap(tx, value, source):
     return vt
 
 
-_BUILTIN_IDS = {id(v) for v in vars(builtins).values() if callable(v)}
+# (+ object.__setattr__: the plain store a class with its own __setattr__ calls)
+_BUILTIN_IDS = {id(v) for v in vars(builtins).values() if callable(v)} | {id(object.__setattr__)}
 
 
 def _wrap_seq_iterator(tx, value, source):

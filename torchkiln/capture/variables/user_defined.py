@@ -41,8 +41,8 @@ def bind_class_attr(tx, attr, self_vt, cls, source):
     from .builder import wrap, wrap_constant_like
     from .functions import BoundMethodVariable, UserFunctionVariable
 
-    if isinstance(attr, staticmethod):
-        return wrap_constant_like(tx, attr.__func__)
+    if isinstance(attr, staticmethod):  # with a source, its closure cells are read guarded
+        return wrap(tx, attr.__func__, source) if source is not None else wrap_constant_like(tx, attr.__func__)
     if isinstance(attr, classmethod):
         return BoundMethodVariable(wrap_constant_like(tx, attr.__func__), UserDefinedClassVariable(cls))
     if isinstance(attr, types.FunctionType):
@@ -280,6 +280,8 @@ class UserDefinedClassVariable(ValueVariable):
                     from .builder import wrap_constant_like
 
                     return BoundMethodVariable(wrap_constant_like(tx, attr.__func__), self)
+                if isinstance(attr, staticmethod) and isinstance(attr.__func__, types.FunctionType):
+                    return bind_class_attr(tx, attr, None, cls, attr_source(self.source, name))
                 if isinstance(attr, (staticmethod, types.FunctionType, property)):
                     return bind_class_attr(tx, attr, None, cls, None)
                 if isinstance(attr, types.ClassMethodDescriptorType):  # dict.fromkeys, chain.from_iterable
