@@ -16,7 +16,7 @@ import torch
 from ..utils.counters import counters
 from ..utils import trace
 from ..utils.logging import get_artifact_logger
-from . import autograd_cache
+from . import autograd_cache, graph_json
 from .analysis import ViewAndMutationMeta, run_analysis
 from .broadcast_tangents import broadcast_positions, with_broadcast_tangents
 from .config import config
@@ -124,14 +124,34 @@ def _load_runtime(cache_key: str, aot_config: AOTConfig) -> Optional[Callable]:
         runtime = _inference_wrapper(graphs["inference"], meta, facts["returned"])
     else:
         bw = graphs["bw"]
-        # Backwards for stride-0 tangents need the backward graph, which a hit does not
-        # have: tangents are made contiguous instead (same values).
+        # Backwards for stride-0 tangents need the compiled backward for them, which a hit
+        # does not have: tangents are made contiguous instead (same values).  The backward
+        # ATen graph (stored as JSON data) is what compiled autograd traces, as on a cold compile.
         fn_cls = make_autograd_function(graphs["fw"], lambda broadcast=(): bw, meta, facts["num_saved_tensors"],
-                                        facts["num_fw_outs"], forward_in_grad_mode=facts["forward_in_grad_mode"])
+                                        facts["num_fw_outs"], forward_in_grad_mode=facts["forward_in_grad_mode"],
+                                        bw_module=_load_bw_graph(facts.get("bw_graph")))
         runtime = _autograd_wrapper(fn_cls, meta)
     runtime.meta = meta
     runtime.cache_key = cache_key  # where it came from (capture's warm start records it)
     return runtime
+
+
+def _load_bw_graph(data) -> Optional[torch.fx.GraphModule]:
+    if data is None:
+        return None
+    try:
+        return graph_json.graph_from_json(data)
+    except (ValueError, KeyError, AttributeError, TypeError) as e:  # data of another torch: no graph
+        log.debug("AOT autograd cache: the stored backward graph does not load (%s)", e)
+        return None
+
+
+def _bw_graph_data(bw_gm: torch.fx.GraphModule):
+    try:
+        return graph_json.graph_to_json(bw_gm)
+    except ValueError as e:  # compiled autograd calls this backward instead of tracing it
+        log.debug("AOT autograd cache: backward graph not stored (%s)", e)
+        return None
 
 
 def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTConfig,
@@ -151,6 +171,8 @@ def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTCon
     runtime.meta = meta
     if cache_key is not None:
         parts = runtime.cache_parts
+        if parts is not None and "bw" in parts:
+            parts = {**parts, "bw_graph": _bw_graph_data(runtime.bw_module)}
         if parts is None:
             autograd_cache._bypass("the backward graph failed to compile ahead of time")
         elif autograd_cache.save(cache_key, meta, parts):
