@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any, Callable, Sequence
 
 import warnings
@@ -167,14 +168,16 @@ class AccumulateRecord:
         return AccumulateRecord(self.input_index, None, tuple(post_hooks), self.origin)
 
 
-def accumulate_into(leaf: torch.Tensor, new: torch.Tensor, input_ids: set) -> None:
+def accumulate_into(leaf: torch.Tensor, new: torch.Tensor, input_ids: set, shared: bool = False) -> None:
     """Eager's ``AccumulateGrad`` with grad mode off (compiled autograd has no create_graph):
     a new gradient is stolen unless it is (a view of) a graph input, which the caller may
-    hold, or breaks the leaf's layout; then it is copied into the leaf's strides."""
+    hold, or ``shared`` (held elsewhere: a CUDA graph's static output, which the next
+    replay overwrites; eager copies a gradient it does not own alone too), or breaks the
+    leaf's layout; then it is copied into the leaf's strides."""
     old = leaf.grad
     if old is None:
         base = new._base if new._is_view() else new
-        if new.layout == torch.strided and (new.stride() != leaf.stride() or id(base) in input_ids
+        if new.layout == torch.strided and (shared or new.stride() != leaf.stride() or id(base) in input_ids
                                             or id(new) in input_ids):
             grad = torch.empty_strided(leaf.size(), leaf.stride(), dtype=new.dtype, device=new.device)
             grad.copy_(new)
@@ -248,6 +251,10 @@ class _QueueingEngine:
         return getattr(self._engine, name)
 
 
+# references to a graph output in CompiledBackward.__call__: outs, grads, grad, getrefcount's argument
+_OWN_REFS = 4
+
+
 class CompiledBackward:
     """``runtime_wrapper(compiled_fn, inputs, sizes, scalars, hooks, packed_data)``.
 
@@ -278,10 +285,12 @@ class CompiledBackward:
                     engine.call_cpp_tensor_pre_hooks(hook_id, grad)
             if self.accumulates:
                 input_ids = {id(x) for x in inputs}
+                grads = outs[self.num_outputs:]
                 with torch.no_grad():
-                    for rec, grad in zip(self.accumulates, outs[self.num_outputs:]):
-                        leaf = inputs[rec.input_index]
-                        accumulate_into(leaf, grad, input_ids)
+                    for k, rec in enumerate(self.accumulates):
+                        grad, leaf = grads[k], inputs[rec.input_index]  # (zip's reused tuple would add a reference)
+                        shared = sys.getrefcount(grad) > _OWN_REFS  # held elsewhere: not ours to steal
+                        accumulate_into(leaf, grad, input_ids, shared)
                         for hook_id in rec.post_hooks:
                             if hooks[hook_id](leaf) is not None:
                                 raise RuntimeError("Tensor post accumulate grad hooks should return None.")
