@@ -52,4 +52,8 @@ config = Config(
     # which cost more than the launches saved (H100, nanogpt training: 37.7 ms recorded
     # vs 35.8 ms not); they run without CUDA graphs (a perf_hints reason).
     cudagraphs_training=False,
+    # On CUDA, a reduction with few outputs and long rows (bias and norm-weight gradients,
+    # batch-norm statistics, full sums) runs as two reductions, the first over chunks of
+    # the rows (codegen/split_reduction.py); as torch._inductor.config.split_reductions.
+    split_reductions=True,
 )

@@ -22,6 +22,7 @@ import torch
 from . import bounds, ir
 from . import layout as layout_opt
 from . import mkldnn
+from . import split_reduction
 from .ir import Constant, IndexValue, Masked, Op
 from .nodes import (
     Buffer, ExternKernel, InputBuffer, Layout, MultiOutput, MutationBuffer, Pointwise, Reduction, ReinterpretView,
@@ -665,7 +666,7 @@ def make_reduction(x, dims, keepdim, rtype, dtype, acc_dtype, value_fn=None) -> 
         v = load(full)
         return value_fn(v) if value_fn else v
 
-    return TensorBox(Reduction(size, rranges, rtype, dtype, acc_dtype, x.device, inner))
+    return split_reduction.maybe_split(Reduction(size, rranges, rtype, dtype, acc_dtype, x.device, inner))
 
 
 def _acc(dtype: torch.dtype) -> torch.dtype:

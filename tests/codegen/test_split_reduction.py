@@ -1,0 +1,82 @@
+"""Split reductions (codegen/split_reduction.py): how many chunks, and that the two-stage
+form computes what eager does.  Splitting is for CUDA; here it is forced on for CPU
+tensors (the C++ kernels; the Triton renderer sees the same IR) and, with a GPU, run on
+CUDA as the default does."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torchkiln
+from torchkiln.codegen import split_reduction
+from torchkiln.testing import same
+
+
+def test_num_splits():
+    assert split_reduction.num_splits(768, 4096) == 16  # bias gradient of 4096 rows
+    assert split_reduction.num_splits(64, 262144) == 256  # batch-norm statistics, 64 channels
+    assert split_reduction.num_splits(1, 8192) == 32  # a full sum
+    assert split_reduction.num_splits(4096, 4096) == 1  # enough outputs already
+    assert split_reduction.num_splits(8, 1000) == 1  # short rows
+    assert split_reduction.num_splits(3, 4099) == 1  # no power of two divides the row
+    for x, r in [(1, 4096), (7, 6144), (1000, 1 << 20)]:
+        s = split_reduction.num_splits(x, r)
+        assert r % s == 0 and r // s >= split_reduction.MIN_CHUNK and x * s <= split_reduction.TARGET_OUTPUTS
+
+
+def _fns():
+    def colsum(x):
+        return x.sum(0), x.amax(0), x.mean(0, keepdim=True)
+
+    def bn_stats(x):  # per channel over N, H, W
+        return x.sum((0, 2, 3)), x.amin((0, 2, 3), keepdim=True), (x > 3).any((0, 2, 3))
+
+    def full(x):
+        return x.sum(), x.abs().max(), (x * 2).sum() + 1
+
+    return [(colsum, (4096, 8)), (bn_stats, (16, 4, 16, 16)), (full, (64, 128))]
+
+
+def _spy(monkeypatch) -> list:
+    monkeypatch.setattr(split_reduction, "enabled", lambda device: True)
+    calls, real = [], split_reduction.split
+    monkeypatch.setattr(split_reduction, "split", lambda red, n: calls.append(n) or real(red, n))
+    return calls
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("case", range(3))
+def test_split_matches_eager(case, backend, monkeypatch):
+    fn, shape = _fns()[case]
+    calls = _spy(monkeypatch)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if backend == "triton" and device == "cpu":
+        pytest.importorskip("triton")
+        from torchkiln.codegen.triton.generator import interpreter_active
+
+        if not interpreter_active():
+            pytest.skip("needs TRITON_INTERPRET=1")
+        monkeypatch.setattr(torchkiln.codegen.config, "cpu_backend", "triton")
+    elif backend == "triton":
+        pytest.skip("CUDA runs Triton in the cpp case")
+    x = torch.randn(shape, device=device)
+    torchkiln.reset()
+    out = torchkiln.compile(fn)(x)
+    assert same(out, fn(x), tol=1e-4)
+    assert len(calls) >= 2
+
+
+def test_split_bias_gradient_training(monkeypatch):
+    calls = _spy(monkeypatch)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 6).to(device)
+    x = torch.randn(4096, 8, device=device, requires_grad=True)
+    torchkiln.reset()
+    out = torchkiln.compile(lambda x: torch.relu(lin(x)).sum())(x)
+    out.backward()
+    grads = [lin.bias.grad.clone(), lin.weight.grad.clone(), x.grad.clone()]
+    lin.zero_grad(); x.grad = None
+    torch.relu(lin(x)).sum().backward()
+    assert same(grads, [lin.bias.grad, lin.weight.grad, x.grad], tol=1e-4)
+    assert calls  # the bias gradient (6 outputs of 4096 rows) was split
