@@ -56,4 +56,7 @@ config = Config(
     # batch-norm statistics, full sums) runs as two reductions, the first over chunks of
     # the rows (codegen/split_reduction.py); as torch._inductor.config.split_reductions.
     split_reductions=True,
+    # On CUDA, addmm whose uses are all pointwise runs as mm + the bias add fused into
+    # them (lowering._prefer_unfused_addmm); as torch._inductor's unfuse_bias_add_to_pointwise.
+    unfuse_bias_addmm=True,
 )
