@@ -43,12 +43,16 @@ def is_channels_last(layout) -> bool:
 
 def conv_prefers_channels_last(x_val, w_val, transposed) -> bool:
     """Preconditions for running ``aten.convolution`` on channels-last: a 2-d conv
-    (4-d input and weight) on CPU in float32/bfloat16, not transposed, with oneDNN."""
-    return (config.layout_optimization and not transposed
+    (4-d input and weight) in float32/bfloat16, not transposed, on CPU with oneDNN or
+    on CUDA (cuDNN's NHWC kernels; ``config.layout_optimization_cuda``)."""
+    if not (config.layout_optimization and not transposed
             and isinstance(x_val, torch.Tensor) and isinstance(w_val, torch.Tensor)
-            and x_val.dim() == 4 and w_val.dim() == 4 and x_val.device.type == "cpu"
-            and x_val.dtype in CONV_DTYPES and w_val.dtype == x_val.dtype
-            and torch.backends.mkldnn.is_available())
+            and x_val.dim() == 4 and w_val.dim() == 4
+            and x_val.dtype in CONV_DTYPES and w_val.dtype == x_val.dtype):
+        return False
+    if x_val.device.type == "cuda":
+        return bool(config.layout_optimization_cuda)
+    return x_val.device.type == "cpu" and torch.backends.mkldnn.is_available()
 
 
 def realize_channels_last(box: TensorBox):
