@@ -30,7 +30,7 @@ from .source import attr_source, global_source, globals_dict_name, item_source, 
 from .variables.base import NULL, CellVariable, ConstantVariable, NullVariable, VariableTracker, unsupported
 from .variables.builder import wrap, wrap_constant_like
 from .variables.builtin import BuiltinVariable
-from .variables.containers import (BaseListVariable, DictVariable, ListIteratorVariable, ListVariable,
+from .variables.containers import (BaseListVariable, DictVariable, DictViewVariable, ListIteratorVariable, ListVariable,
                                    SetVariable, SizeVariable, SliceVariable, TupleVariable, dict_key)
 from .variables.ctx_manager import AutocastVariable, GradModeVariable
 from .variables.functions import NestedUserFunctionVariable, UserFunctionVariable, bind_args
@@ -699,7 +699,7 @@ class InstructionTranslatorBase:
         value = self.pop()
         if isinstance(value, ListIteratorVariable) or hasattr(value, "next_item"):
             self.push(value)
-        elif isinstance(value, (DictVariable, SetVariable)):
+        elif isinstance(value, (DictVariable, SetVariable, DictViewVariable)):
             # its size is checked as CPython's dict/set iterator does
             from .variables.iterators import build_iter
 

@@ -7,6 +7,9 @@ transformed code can read it again.  Operations a tracker cannot model raise
 """
 from __future__ import annotations
 
+import enum
+import types
+
 import torch
 
 from ...exc import Unsupported
@@ -99,6 +102,8 @@ class ConstantVariable(ValueVariable):
             from .functions import UserFunctionVariable
 
             return UserFunctionVariable(prop.fget).call_function(tx, [self], {})
+        if isinstance(self.value, enum.Enum):
+            return self._enum_getattr(tx, name, prop)
         try:
             attr = getattr(self.value, name)
         except AttributeError:
@@ -106,6 +111,45 @@ class ConstantVariable(ValueVariable):
         from .builder import wrap_constant_like
 
         return wrap_constant_like(tx, attr)
+
+    def _enum_getattr(self, tx, name, found):
+        """``member.name`` of an enum member: members are shared, mutable objects, so only
+        what cannot change is read now: ``name``/``value``, methods, classmethods and
+        staticmethods.  An attribute stored on the member or a plain class attribute is
+        read through its source and guarded (EQUALS_MATCH; its tracker when mutable, so
+        writes reach the real object); a descriptor whose ``__get__`` is Python code (it
+        may compute a new value on every read, as CPython calls it on every read) and a
+        sourceless non-constant attribute are graph breaks."""
+        member, dtype = self.value, type(found)
+        if isinstance(found, types.DynamicClassAttribute) and name in ("name", "value"):
+            return ConstantVariable(getattr(member, name))
+        if isinstance(found, (types.FunctionType, classmethod, staticmethod)) or (
+                found is not None and hasattr(dtype, "__get__") and dtype.__module__ == "builtins"
+                and not isinstance(found, (property, types.DynamicClassAttribute))):
+            from .builder import wrap_constant_like
+
+            return wrap_constant_like(tx, getattr(member, name))
+        if found is not None and hasattr(dtype, "__get__"):
+            unsupported(f"{type(member).__name__}.{name}: an enum attribute served by a {dtype.__name__} descriptor")
+        if name not in getattr(member, "__dict__", {}) and found is None:
+            unsupported(f"{type(member).__name__} has no attribute {name}")
+        value = getattr(member, name)
+        from .builder import is_constant, wrap
+
+        if self.source is not None:
+            from ..source import attr_source
+
+            return wrap(tx, value, attr_source(self.source, name))
+        if is_constant(value) and not isinstance(value, enum.Enum) or value is None:
+            g = tx.output.guards
+            g.constant_match(f"{g.const(member)}.{name}" if name.isidentifier() and not name.startswith("__")
+                             else f"getattr({g.const(member)}, {name!r})", value)
+            return ConstantVariable(value)
+        if isinstance(value, enum.Enum):
+            g = tx.output.guards
+            g.add(f"getattr({g.const(member)}, {name!r}) is {g.const(value)}")
+            return ConstantVariable(value)
+        unsupported(f"{type(member).__name__}.{name}: a mutable attribute of an enum member read without a source")
 
     def call_method(self, tx, name, args, kwargs):
         """A method of a builtin immutable type (``str.upper``, ``int.bit_length``,

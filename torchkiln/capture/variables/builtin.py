@@ -125,7 +125,7 @@ class BuiltinVariable(VariableTracker):
         fn = self.fn
         if fn is print:
             unsupported("print() (a call with Python side effects)")
-        from .iterators import build_iter, build_native_iterator, iterator_ctor
+        from .iterators import build_iter, build_native_iterator, build_reversed, iterator_ctor
 
         if fn in (str, repr, format, ascii) and args:  # of a SymInt: its guarded value, as torch.compile does
             from .tensor import specialize_symbolic
@@ -143,8 +143,8 @@ class BuiltinVariable(VariableTracker):
                 return ConstantVariable(owner).call_method(tx, fn.__name__, args, kwargs)
         if iterator_ctor(fn):  # lazy, its real type kept (variables/iterators.py)
             return build_native_iterator(tx, fn, args, kwargs)
-        if fn is iter and len(args) == 1 and not kwargs:
-            result = build_iter(tx, args[0])
+        if fn in (iter, reversed) and len(args) == 1 and not kwargs:
+            result = (build_iter if fn is iter else build_reversed)(tx, args[0])
             if result is not None:
                 return result
         if is_pure_builtin(fn):
@@ -265,8 +265,6 @@ class BuiltinVariable(VariableTracker):
             return result
         if fn is reversed and n == 1 and type(args[0]) is ListVariable:
             return ListIteratorVariable([], index=len(args[0].items) - 1, container=args[0], reverse=True)
-        if fn is reversed and n == 1 and isinstance(args[0], (TupleVariable, ListVariable, DictVariable)):
-            return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))))
         if fn in (min, max) and n >= 1 and any(isinstance(a, SymNodeVariable) for a in args):
             items = args[0].unpack_var_sequence(tx) if n == 1 else list(args)
             if all(isinstance(i, SymNodeVariable) or i.is_python_constant() for i in items) and items:

@@ -258,7 +258,10 @@ _KEY_METHODS = {"__setitem__", "__delitem__", "get", "pop", "setdefault", "__con
 
 
 class DictVariable(VariableTracker):
-    """dict / OrderedDict / defaultdict: ``items`` maps key → (key tracker, value tracker)."""
+    """dict / OrderedDict / defaultdict: ``items`` maps key → (key tracker, value tracker).
+    ``keys_version`` grows whenever the keys may have changed (iterators check it)."""
+
+    keys_version = 0
 
     def __init__(self, items=None, user_cls=dict, source=None, default_factory=None):
         self.items: dict = dict(items or {})
@@ -332,7 +335,10 @@ class DictVariable(VariableTracker):
                 # d[k] = v / del d[k] in a loop: no native round trip of the whole dict
                 if name == "__delitem__":
                     del self.items[key]
+                    self.keys_version += 1
                 else:  # an existing key keeps its key object and position, as CPython's dict
+                    if key not in self.items:
+                        self.keys_version += 1
                     self.items[key] = (self.items[key][0] if key in self.items else args[0], args[1])
                 tx.output.side_effects.mutate(self)
                 return ConstantVariable(None)
@@ -357,9 +363,16 @@ class DictViewVariable(VariableTracker):
         return type(getattr({}, self.kind)())
 
     def unpack_var_sequence(self, tx):
+        if isinstance(self.owner, DictVariable):  # a view is live: it shows the dict's items now
+            pairs = self.owner.items.values()
+            if self.kind == "keys":
+                return [k for k, _ in pairs]
+            return [v for _, v in pairs] if self.kind == "values" else [TupleVariable([k, v]) for k, v in pairs]
         return list(self.items)
 
     def truth(self, tx):
+        if isinstance(self.owner, DictVariable):
+            return bool(self.owner.items)
         return bool(self.items)
 
     def var_getattr(self, tx, name):
@@ -383,7 +396,9 @@ def _key_tracker(vt):
 
 
 class SetVariable(VariableTracker):
-    """A set of constants (or identity-keyed trackers)."""
+    """A set of constants (or identity-keyed trackers); ``keys_version`` as DictVariable's."""
+
+    keys_version = 0
 
     def __init__(self, items, source=None, frozen=False):
         items = [_key_tracker(i) for i in items]

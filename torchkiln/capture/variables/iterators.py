@@ -38,8 +38,9 @@ class NativeIteratorVariable(IteratorProtocolMixin, VariableTracker):
         self.consumed = 0
         self.finished = False
         self.drained = None  # remaining items, drained when rebuilt after being advanced
-        self.sized = None  # the dict/set iterated (CPython raises if its size changes)
+        self.sized = None  # the dict/set iterated (CPython raises if its size changes): see watch()
         self.size0 = 0
+        self.replay = False  # rebuilt as the real ctor(arg) advanced to its position
 
     def python_type(self):
         return self.real_type
@@ -56,11 +57,37 @@ class NativeIteratorVariable(IteratorProtocolMixin, VariableTracker):
         self.consumed += 1
         return item
 
+    def watch(self, container):
+        """Check ``container`` (a DictVariable or SetVariable) on every step, as CPython's
+        dict and set iterators do: a size change raises RuntimeError there (a graph break
+        here, so the real iterator raises it), and so would keys that changed at the same
+        size (or they would be walked in another order)."""
+        self.sized, self.size0 = container, len(container.items)
+        self.keys0, self.version0 = list(container.items), container.keys_version
+        self.replay = True
+        return self
+
+    def _changed(self) -> str | None:
+        """Why the watched container no longer matches what this iterator walks, or None."""
+        sized = self.sized
+        if sized is None:
+            return None
+        if len(sized.items) != self.size0:
+            return "size"
+        if sized.keys_version != self.version0:
+            if list(sized.items) != self.keys0:
+                return "keys"
+            self.version0 = sized.keys_version
+        return None
+
     def _check_size(self):
-        if self.sized is not None and len(self.sized.items) != self.size0:
-            unsupported(f"RuntimeError: {self.sized.python_type().__name__} changed size during iteration")
+        changed = self._changed()
+        if changed is not None:
+            unsupported(f"RuntimeError: {self.sized.python_type().__name__} changed {changed} during iteration")
 
     def reconstruct(self, cg):
+        if self.replay:
+            return self._reconstruct_watched(cg)
         if self.consumed or self.finished:
             return self._reconstruct_rest(cg)
         ctor = self.ctor
@@ -68,11 +95,48 @@ class NativeIteratorVariable(IteratorProtocolMixin, VariableTracker):
         kwargs = {k: cg.recipe(v) for k, v in self.kwargs.items()}
         return lambda rt: ctor(*[a(rt) for a in args], **{k: v(rt) for k, v in kwargs.items()})
 
+    def _reconstruct_watched(self, cg):
+        """A dict/set iterator (or ``reversed`` of a tuple, whose argument is immutable) is
+        rebuilt as the real iterator over the rebuilt container, advanced past the items
+        consumed during capture; one whose dict or set changed size since it was made is
+        rebuilt as an iterator of its real type that raises CPython's RuntimeError on its
+        next step.  Keys that changed at the same size cannot be rebuilt (Unsupported)."""
+        changed = self._changed()
+        if changed == "keys":
+            unsupported(f"a {self.real_type.__name__} whose container's keys changed at the same size")
+        ctor, arg, consumed, finished = self.ctor, cg.recipe(self.args[0]), self.consumed, self.finished
+        if changed == "size":
+            make = self._poisoned
+            return lambda rt: make()
+
+        def build(rt):
+            it = ctor(arg(rt))
+            for _ in range(consumed):
+                next(it)
+            if finished:
+                for _ in it:
+                    pass
+            return it
+        return build
+
+    def _poisoned(self):
+        """An iterator of ``real_type`` whose container changed size: next() raises."""
+        if self.real_type is type(iter(set())):
+            tmp = {0}
+            it = iter(tmp)
+            tmp.add(1)
+            return it
+        tmp = {0: 0}
+        arg = self.args[0]
+        kind = getattr(arg, "kind", None)
+        it = self.ctor(getattr(tmp, kind)() if kind else tmp)
+        tmp[1] = 1
+        return it
+
     def _reconstruct_rest(self, cg):
         """An iterator advanced during capture: its remaining items, drained now, as a list
         iterator (the resumed frame captures iterating it).  Only when drained items cause
         no side effect (a ``map`` of a function that writes would run it too early)."""
-        self._check_size()  # a set/dict iterator's position cannot be rebuilt after a resize
         if self.drained is None:
             side_effects = cg.output.side_effects
             before = len(side_effects.ops)
@@ -133,31 +197,84 @@ def build_native_iterator(tx, fn, args, kwargs):
 _ITER_BASES = (tuple, str, bytes, range, dict, set, frozenset)
 
 
+class DictItemsSource:
+    """What a CPython dict iterator yields: the keys, values or (key, value) pairs of a
+    DictVariable in order (``reverse``: from the end), each read when it is reached, so a
+    value stored after the iterator was made is seen as CPython's iterator sees it."""
+
+    def __init__(self, owner, kind: str, reverse: bool = False):
+        self.owner, self.kind = owner, kind
+        self.keys = list(owner.items)[::-1] if reverse else list(owner.items)
+        self.pos = 0
+
+    def next_item(self, tx):
+        from .containers import TupleVariable
+
+        if self.pos >= len(self.keys):
+            return None
+        key = self.keys[self.pos]
+        self.pos += 1
+        k, v = self.owner.items[key]
+        return k if self.kind == "keys" else v if self.kind == "values" else TupleVariable([k, v])
+
+
+def _dict_owner(arg):
+    """``(dict tracker, view kind)`` for a plain dict or a view of one, else None."""
+    from .containers import DictVariable, DictViewVariable
+
+    if isinstance(arg, DictVariable) and (arg.python_type() in _ITER_BASES or arg.python_type().__module__ == "collections"):
+        return arg, "keys"
+    if isinstance(arg, DictViewVariable) and isinstance(arg.owner, DictVariable):
+        return arg.owner, arg.kind
+    return None
+
+
 def build_iter(tx, arg):
-    """``iter(x)`` of a tuple, str, bytes, range, dict or set: its items in order, rebuilt
-    as the real ``iter(x)`` (a ``tuple_iterator``, ``range_iterator``, ``dict_keyiterator``
-    ...).  None for other arguments (lists keep their live list iterator; user iterables
-    and iterators are handled by the caller)."""
+    """``iter(x)`` of a tuple, str, bytes, range, dict (or a view of one) or set: its items
+    in order, rebuilt as the real ``iter(x)`` (a ``tuple_iterator``, ``range_iterator``,
+    ``dict_keyiterator`` ...).  A dict's or set's iterator checks its container on every
+    step as CPython's does (RuntimeError on a size change) and reads a dict's values live.
+    None for other arguments (lists keep their live list iterator; user iterables and
+    iterators are handled by the caller)."""
     from .containers import DictVariable, ListIteratorVariable, SetVariable, TupleVariable
 
     if hasattr(arg, "next_item"):
         return None
     if type(arg) is TupleVariable:  # a tuple_iterator rebuilt at its position (iter + __setstate__)
         return ListIteratorVariable([], container=arg)
+    owner = _dict_owner(arg)
+    if owner is not None:
+        if type(arg) is DictVariable and arg.python_type() is not dict:  # OrderedDict's own iterator type
+            real_type = type(iter(arg.python_type()()))
+        else:
+            real_type = type(iter(getattr({}, owner[1])()))
+        return NativeIteratorVariable(iter, [arg], {}, DictItemsSource(*owner), real_type).watch(owner[0])
     if isinstance(arg, ConstantVariable) and isinstance(arg.value, (str, bytes, range)):
         sample = arg.value
-    elif isinstance(arg, (TupleVariable, DictVariable, SetVariable)):
-        ptype = arg.python_type()
-        if ptype not in _ITER_BASES and not (isinstance(arg, DictVariable) and ptype.__module__ == "collections"):
-            return None
-        try:
-            sample = ptype()
-        except Exception:  # noqa: BLE001
-            return None
+    elif isinstance(arg, SetVariable):
+        sample = arg.python_type()()
     else:
         return None
     real_type = type(iter(sample))
     result = NativeIteratorVariable(iter, [arg], {}, ListIteratorVariable(arg.unpack_var_sequence(tx)), real_type)
-    if isinstance(arg, (DictVariable, SetVariable)):
-        result.sized, result.size0 = arg, len(arg.items)
-    return result
+    return result.watch(arg) if isinstance(arg, SetVariable) else result
+
+
+def build_reversed(tx, arg):
+    """``reversed(x)`` of a tuple, or of a dict or one of its views: the real type
+    (``reversed``, ``dict_reversekeyiterator`` ...), rebuilt as the real ``reversed(x)``
+    at its position; a dict's checked on every step as CPython's (RuntimeError on a size
+    change), its values read live.  None for other arguments."""
+    from .containers import DictVariable, ListIteratorVariable, TupleVariable
+
+    if type(arg) is TupleVariable:
+        walk = ListIteratorVariable([], index=len(arg.items) - 1, container=arg, reverse=True)
+        result = NativeIteratorVariable(reversed, [arg], {}, walk, reversed)
+        result.replay = True
+        return result
+    owner = _dict_owner(arg)
+    if owner is None or isinstance(arg, DictVariable) and arg.python_type() is not dict:
+        return None
+    real_type = type(reversed(getattr({}, owner[1])()))
+    return NativeIteratorVariable(reversed, [arg], {}, DictItemsSource(*owner, reverse=True),
+                                  real_type).watch(owner[0])

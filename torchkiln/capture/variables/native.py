@@ -228,8 +228,10 @@ class NativeCall:
 
         if isinstance(vt, DictVariable):
             vt.items = {k: (self.key(k), self.wrap(v)) for k, v in proxy.items()}
+            vt.keys_version += 1
         elif isinstance(vt, SetVariable):
             vt.items = {k: self.key(k) for k in proxy}
+            vt.keys_version += 1
         else:
             vt.items = [self.wrap(v) for v in proxy]
 

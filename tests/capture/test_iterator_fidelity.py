@@ -1,0 +1,173 @@
+"""Enum attributes and iterators over mutable containers keep CPython's behaviour
+under capture (issue 10): nothing read at trace time hides a later change.
+
+Each case runs eagerly and compiled on fresh copies of its arguments and compares the
+outcome (result, or the exception's type)."""
+from __future__ import annotations
+
+import copy
+import enum
+
+import pytest
+import torch
+
+import torchkiln
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    torchkiln.reset()
+    yield
+    torchkiln.reset()
+
+
+def _outcome(fn, args):
+    try:
+        return "ok", fn(*copy.deepcopy(args))
+    except Exception as e:  # noqa: BLE001 - the exception's type is the outcome
+        return "raised", type(e)
+
+
+def same_as_eager(fn, *args):
+    eager = _outcome(fn, args)
+    got = _outcome(torchkiln.compile(fn, backend="eager"), args)
+    assert repr(got) == repr(eager)
+    return got
+
+
+class _Counting:
+    """A descriptor computing a new value on every read."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def __get__(self, obj, typ=None):
+        self.reads += 1
+        return self.reads
+
+
+class Mode(enum.Enum):
+    A = 1
+    B = 2
+    reads = _Counting()  # a descriptor in an enum body is no member
+
+    def __init__(self, value):
+        self.scale = value * 10  # an attribute stored on the member (Planet.mass style)
+
+
+def test_enum_descriptor_attribute_runs_on_every_call():
+    f = torchkiln.compile(lambda x, m: x + m.reads, backend="eager")
+    before = Mode.__dict__["reads"].reads
+    assert [f(torch.zeros(1), Mode.A).item() for _ in range(3)] == [before + 1, before + 2, before + 3]
+
+
+def test_enum_member_attribute_is_guarded():
+    f = torchkiln.compile(lambda x, m: x + m.scale, backend="eager")
+    assert f(torch.zeros(1), Mode.A).item() == 10
+    assert f(torch.zeros(1), Mode.B).item() == 20
+    try:
+        Mode.A.scale = 7
+        assert f(torch.zeros(1), Mode.A).item() == 7
+    finally:
+        Mode.A.scale = 10
+
+
+def _global_member(x):
+    return x + Mode.B.scale
+
+
+def test_enum_member_attribute_read_through_a_global_is_guarded():
+    f = torchkiln.compile(_global_member, backend="eager")
+    assert f(torch.zeros(1)).item() == 20
+    try:
+        Mode.B.scale = 3
+        assert f(torch.zeros(1)).item() == 3
+    finally:
+        Mode.B.scale = 20
+
+
+def _iter_then_add(x, d):
+    it = iter(d)
+    d["c"] = 3
+    return list(it)
+
+
+def _for_reversed_adding(x, d):
+    out = x
+    for k in reversed(d):
+        out = out + d[k]
+        d[k + "z"] = 0
+    return out
+
+
+def _reversed_view_pop(x, d):
+    r = reversed(d.values())
+    d.pop("a")
+    return list(r)
+
+
+def _items_sees_new_value(x, d):
+    it = iter(d.items())
+    d["b"] = 5
+    return list(it), list(reversed(d.items()))
+
+
+def _values_view_is_live(x, d):
+    v = d.values()
+    d["b"] = 7
+    return list(v), bool(v)
+
+
+def _del_add_same_size(x, d):
+    it = iter(d)
+    next(it)
+    del d["a"]
+    d["c"] = 3
+    return list(it)
+
+
+def _set_iter_then_add(x, s):
+    it = iter(s)
+    s.add(99)
+    return list(it)
+
+
+def _break_then_mutate(x, d):
+    out = x
+    for k in d:
+        torchkiln.graph_break()
+        d[k + "x"] = 1
+        out = out + 1
+    return out
+
+
+def _reversed_dict_across_break(x, d):
+    it = reversed(d)
+    out = x + d[next(it)]
+    torchkiln.graph_break()
+    return out + d[next(it)], type(it).__name__
+
+
+def _reversed_tuple(x, t):
+    it = reversed(t)
+    out = x + next(it)
+    torchkiln.graph_break()
+    return out + next(it), type(it).__name__, next(it, "end")
+
+
+def _reversed_list_sees_writes(x, lst):
+    it = reversed(lst)
+    out = x + next(it)
+    torchkiln.graph_break()
+    lst[0] = 50
+    return out + next(it), type(it).__name__
+
+
+@pytest.mark.parametrize("fn, arg", [
+    (_iter_then_add, {"a": 1}), (_for_reversed_adding, {"a": 1, "b": 2}), (_reversed_view_pop, {"a": 1, "b": 2}),
+    (_items_sees_new_value, {"a": 1, "b": 2}), (_values_view_is_live, {"a": 1, "b": 2}),
+    (_del_add_same_size, {"a": 1, "b": 2}), (_set_iter_then_add, {1, 2}), (_break_then_mutate, {"a": 1, "b": 2}),
+    (_reversed_dict_across_break, {"a": 1, "b": 2}), (_reversed_tuple, (1, 2)), (_reversed_list_sees_writes, [1, 2]),
+], ids=lambda v: getattr(v, "__name__", "")[1:] or None)
+def test_iterator_over_mutable_container(fn, arg):
+    same_as_eager(fn, torch.ones(2), arg)
