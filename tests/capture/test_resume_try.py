@@ -321,3 +321,165 @@ def test_break_inside_a_contextmanager_generator_stays_correct():
         return y * 2
 
     check_like_eager(f, [(torch.ones(2), False), (torch.ones(2), True)], min_frames=0)
+
+
+# -- the exception path resumes into captured code (issue 10, must-have 4) --------------------
+
+class _RanOps:
+    """A backend recording, per run of a compiled graph, the names of its ops: which code
+    ran captured on the latest call."""
+
+    def __init__(self):
+        self.ran = []
+
+    def __call__(self, gm, example_inputs):
+        names = [getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes
+                 if n.op in ("call_function", "call_method")]
+
+        def run(*args):
+            self.ran.extend(names)
+            return gm.forward(*args)
+        return run
+
+
+def captured_on_each_case(fn, cases):
+    """``fn(events, *case)`` compiled matches eager on every case (twice); returns per case
+    the op names that ran in compiled graphs on its second (warm) call."""
+    torchkiln.reset()
+    rec = _RanOps()
+    opt = torchkiln.compile(fn, backend=rec)
+    out = []
+    for case in cases:
+        expected = _outcome(fn, *case)
+        for _ in range(2):
+            rec.ran.clear()
+            got = _outcome(opt, *case)
+            assert len(got) == len(expected) and got[0] == expected[0], (case, got, expected)
+            assert same(tuple(expected[1:]), tuple(got[1:])), (case, got, expected)
+        out.append(list(rec.ran))
+    return out
+
+
+def test_code_after_a_caught_exception_is_captured():
+    def f(events, x, fail):
+        y = x.sin()
+        try:
+            y = may_raise(y, fail)
+            y = y.exp()
+        except (KeyError, ValueError) as e:
+            events.append(type(e).__name__)
+            y = y.neg()
+        return y.cos()
+
+    ok, caught = captured_on_each_case(f, [(torch.ones(2), False), (torch.ones(2), True)])
+    assert "exp" in ok and "cos" in ok
+    assert "neg" in caught and "cos" in caught and "exp" not in caught
+
+
+def test_uncaught_exception_type_and_finally_stay_correct():
+    def f(events, x, exc):
+        try:
+            try:
+                y = may_raise(x, exc is not None, exc or ValueError)
+            except KeyError:
+                events.append("inner")
+                raise
+            finally:
+                events.append("finally")
+            y = y.exp()
+        except KeyError as e:
+            events.append(("outer", type(e.__context__).__name__))
+            y = x.neg()
+        return y.cos()
+
+    ok, key, _ = captured_on_each_case(f, [(torch.ones(2), None), (torch.ones(2), KeyError),
+                                           (torch.ones(2), IndexError)])
+    assert "exp" in ok and "cos" in ok
+
+
+def test_break_in_a_for_body_inside_try():
+    def f(events, x, bad):
+        total = x * 0
+        try:
+            for i in range(3):
+                total = total + may_raise(x + i, i == bad)
+                events.append(i)
+        except ValueError:
+            events.append("stopped")
+            total = total.neg()
+        return total.cos()
+
+    clean, stopped = captured_on_each_case(f, [(torch.ones(2), -1), (torch.ones(2), 1)])
+    assert "cos" in clean and "neg" in stopped and "cos" in stopped
+
+
+@contextlib.contextmanager
+def _suppressing(events, exc):
+    events.append("enter")
+    try:
+        yield 2
+    except exc as e:
+        events.append(("suppressed", type(e).__name__))
+    finally:
+        events.append("exit")
+
+
+def test_break_inside_a_contextmanager_block_resumes():
+    def f(events, x, exc):
+        y = x.sin()
+        with _suppressing(events, ValueError) as k:
+            y = may_raise(y, exc is not None, exc or ValueError) * k
+            y = y.exp()
+        return y.cos()
+
+    ok, suppressed, _ = captured_on_each_case(f, [(torch.ones(2), None), (torch.ones(2), ValueError),
+                                                  (torch.ones(2), KeyError)])
+    assert "exp" in ok and "cos" in ok
+    assert "cos" in suppressed and "exp" not in suppressed
+
+
+def test_nested_try_and_with_and_a_raising_exit():
+    class Exit(Exception):
+        pass
+
+    class Ctx:
+        def __init__(self, events, mode):
+            self.events, self.mode = events, mode
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, et, ev, tb):
+            self.events.append(("exit", et and et.__name__))
+            if self.mode == "raise" and et is not None:
+                raise Exit("from __exit__")
+            return self.mode == "suppress"
+
+    def f(events, x, fail, mode):
+        y = x + 1
+        try:
+            with Ctx(events, mode):
+                with _suppressing(events, KeyError):
+                    y = may_raise(y, fail)
+                    y = y.exp()
+                y = y * 2
+        except Exit as e:
+            events.append(("caught", type(e.__context__).__name__))
+            y = y.neg()
+        except ValueError:
+            events.append("value")
+        return y.cos()
+
+    cases = [(torch.ones(2), f, m) for f in (False, True) for m in ("suppress", "raise", "pass")]
+    runs = captured_on_each_case(f, cases)
+    assert all("cos" in ran for ran in runs), runs
+
+
+def test_handler_and_resume_codes_pass_the_verifier():
+    from torchkiln.capture.resume import _cache
+    from torchkiln.capture.verify import verify_code
+
+    test_nested_try_and_with_and_a_raising_exit()
+    assert any(c.co_name.startswith("torchkiln_handle_in_") for c in _cache.values())
+    for code in _cache.values():
+        verify_code(code, tuple(__import__("types").CellType() for _ in code.co_freevars) or None)

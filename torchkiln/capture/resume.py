@@ -87,8 +87,7 @@ def resume_code(code: types.CodeType, position: int, stack_nulls: tuple[bool, ..
     result = new.to_code(stacksize=code.co_stacksize + len(stack_nulls) + 2, compute_exception_stack_depths=False)
     verify_code(result, _placeholder_closure(result))  # raises InvalidCode: never run a bad object
     _cache[key] = result
-    if not raising:  # where its instructions came from (see translator_items, origin)
-        _origins[result] = (code, new, items, body)
+    _origins[result] = (code, new, items, body)  # where its instructions came from (see translator_items, origin)
     return result
 
 

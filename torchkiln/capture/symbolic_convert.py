@@ -930,6 +930,8 @@ class InstructionTranslatorBase:
             from .variables.user_defined import enter_user_context
 
             exit_vt, value = enter_user_context(self, ctx)
+            if self.root is self and hasattr(exit_vt, "enter_ip"):  # where a break in the block restarts
+                exit_vt.enter_ip = self.ip - 1
             self.push(exit_vt)
             self.push(value)
             return
@@ -1022,12 +1024,51 @@ inspect_CO_ITERABLE_COROUTINE = 0x100
 inspect_CO_ASYNC_GEN = 0x200
 
 
+class _HandledBefore(VariableTracker):
+    """The exception handled before PUSH_EXC_INFO (restored by POP_EXCEPT): in a resume
+    function, the one its caller handles (the transformed code's)."""
+
+    def reconstruct(self, cg):
+        return lambda rt: sys.exc_info()[1]
+
+
+class _ExitWithException(Unsupported):
+    """WITH_EXCEPT_START: a graph break there even while an exception is handled."""
+
+
+_HANDLED_BEFORE = _HandledBefore()
+
+
 class _Finished(Exception):
     def __init__(self, entry):
         self.entry = entry
 
 
-_BREAKABLE = {"CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE",
+def _chain(exc, context):
+    """Set ``exc.__context__`` as raising it while ``context`` is handled does."""
+    if exc is context:
+        return
+    link = context
+    while link is not None:  # no cycle: CPython cuts ``exc`` out of the chain
+        if link.__context__ is exc:
+            link.__context__ = None
+            break
+        link = link.__context__
+    exc.__context__ = context
+
+
+def enter_context(mgr):
+    """``(exit, value)`` as CPython's BEFORE_WITH makes them: ``__enter__`` and ``__exit__``
+    looked up on the type (TypeError naming the missing one), ``__exit__`` bound first."""
+    cls = type(mgr)
+    for name in ("__enter__", "__exit__"):
+        if not hasattr(cls, name):
+            raise TypeError(f"'{cls.__name__}' object does not support the context manager protocol")
+    exit_ = cls.__exit__.__get__(mgr, cls)
+    return exit_, cls.__enter__.__get__(mgr, cls)()
+
+
+_BREAKABLE = {"BEFORE_WITH", "WITH_EXCEPT_START", "CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE",
               "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
               "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"}
 
@@ -1094,13 +1135,99 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def step(self):
         if self.ip in self.break_points:
+            if self.raise_ip is not None and self.instructions[self.ip].name != "WITH_EXCEPT_START":
+                # no break while an exception is handled: see on_unsupported
+                raise RestartAt(self.raise_ip, self.break_points[self.ip].reason, self.user_stack())
             raise _Finished(self.finish_break(self.ip))
         super().step()
 
     def on_unsupported(self, ip, e):
         if self.fullgraph:
             raise Unsupported(f"{e}\n  (at {e.user_stack}; fullgraph=True does not allow graph breaks)") from e
+        if self.raise_ip is not None and not isinstance(e, _ExitWithException):
+            # Nothing between a raise and the end of its handler can be a graph break (the
+            # thread's exception state is not rebuilt in a resume function): the break is
+            # at the raise instead, and the handler runs natively.
+            raise RestartAt(self.raise_ip, f"{e} (while handling an exception)", e.user_stack) from e
         raise RestartAt(ip, str(e), e.user_stack) from e
+
+    # -- exceptions ------------------------------------------------------------------------
+    # A handler resume function (resume.resume_code with raising=True) re-raises the
+    # exception of a breaking call inside its try range; the root translator follows the
+    # exception table as CPython's unwinder does, so the frame's own except clauses and the
+    # code after them are captured.  From the raise until its handler's POP_EXCEPT every
+    # Unsupported moves the break to the raise (the handler then runs natively, correct as
+    # before); an exception leaving the frame does the same.
+    raise_ip = None  # the instruction that raised the exception being handled, or None
+    exc_stack: list = []  # the exceptions being handled (PUSH_EXC_INFO .. POP_EXCEPT)
+
+    def _unwind(self, exc_vt):
+        """Jump to the handler of the current instruction with ``exc_vt`` raised."""
+        ip = self.ip - 1
+        region = self.regions[ip]
+        if self.raise_ip is None:
+            self.raise_ip = ip
+            self.exc_stack = []
+        try:
+            is_exc = isinstance(exc_vt.value, BaseException) and exc_vt.source is not None
+        except AttributeError:
+            is_exc = False
+        if not is_exc:
+            unsupported("raise of an exception made during capture")
+        depth = region.stack_depth if region is not None else None
+        if not isinstance(depth, int) or depth > len(self.stack) or translator_items(self.code) is None:
+            unsupported("an exception leaving the captured frame")
+        del self.stack[depth:]
+        if region.push_lasti:
+            self.push(ConstantVariable(0))  # lasti: a native RERAISE reports the line of instruction 0
+        self.push(exc_vt)
+        self.ip = self.labels[region.target]
+
+    def RAISE_VARARGS(self, inst):
+        if inst.arg == 1:
+            # only the handler resume's own raise (in its prologue) or a re-raise of the
+            # exception being handled: any other raise would set __context__/__traceback__
+            first = self.raise_ip is None and self.positions[self.ip - 1] is None
+            if not (first or self.exc_stack and self.stack[-1] is self.exc_stack[-1]):
+                unsupported("raise of an exception other than the one handled")
+            self._unwind(self.pop())
+        elif inst.arg == 0 and self.exc_stack:
+            self._unwind(self.exc_stack[-1])
+        else:
+            unsupported(f"RAISE_VARARGS {inst.arg}")
+
+    def RERAISE(self, inst):
+        self._unwind(self.pop())
+
+    def PUSH_EXC_INFO(self, inst):
+        if self.raise_ip is None:
+            unsupported("PUSH_EXC_INFO outside a captured exception")
+        exc = self.pop()
+        self.push(_HANDLED_BEFORE)
+        self.push(exc)
+        self.exc_stack.append(exc)
+
+    def POP_EXCEPT(self, inst):
+        before = self.pop()
+        if before is _HANDLED_BEFORE and self.exc_stack:
+            self.exc_stack.pop()
+            if not self.exc_stack:
+                self.raise_ip = None
+        elif self.exc_stack or translator_items(self.code) is None:
+            unsupported("POP_EXCEPT of an exception state not captured")
+        # else: a resume function that starts inside a handler (after WITH_EXCEPT_START): its
+        # thread state is its caller's, the one POP_EXCEPT restores (``_HandledBefore``)
+
+    def WITH_EXCEPT_START(self, inst):
+        # ``__exit__(type, exc, tb)`` runs natively, at a graph break (see finish_break)
+        raise _ExitWithException("__exit__ of a with block called with an exception")
+
+    def CHECK_EXC_MATCH(self, inst):
+        match = self.pop().as_python_constant()
+        types_ = tuple(_flatten_types(match))
+        if not all(isinstance(t, type) and issubclass(t, BaseException) for t in types_):
+            unsupported("TypeError: catching classes that do not inherit from BaseException")
+        self.push(ConstantVariable(issubclass(self.stack[-1].python_type(), types_)))
 
     def guard_global_state(self, key):
         """Guard the global state ``key`` (see :func:`.guards.global_state`) on the
@@ -1210,6 +1337,14 @@ class InstructionTranslator(InstructionTranslatorBase):
         region = self.regions[ip]
         if self.code.co_flags & 0x20:
             unsupported("graph break in a generator")
+        for v in self.stack:
+            # A @contextmanager context entered during capture cannot be rebuilt mid-block
+            # (its generator is suspended at the yield): break at its BEFORE_WITH instead,
+            # where it is entered for real and the block resumes in a captured frame.
+            enter_ip = getattr(v, "enter_ip", None)
+            if enter_ip is not None and enter_ip not in self.break_points:
+                raise RestartAt(enter_ip, f"{reason.reason} (inside a contextlib.contextmanager block)",
+                                reason.user_stack)
         if observes_runtime_state(self.code):
             unsupported("graph break in a frame that observes object lifetimes or frames (weakref, gc, tracebacks)")
         name = inst.name
@@ -1226,6 +1361,8 @@ class InstructionTranslator(InstructionTranslatorBase):
             if self.stack and isinstance(self.stack[-1], NullVariable):
                 self.pop()
             arg_vts, kw_vts = [args_vt], ({"**": kw_vt} if kw_vt is not None else {})
+        elif name in ("BEFORE_WITH", "WITH_EXCEPT_START"):
+            mgr_vt = self.pop() if name == "BEFORE_WITH" else None
         else:
             cond_vt = self.pop()
         self._leave_grad_mode()
@@ -1250,8 +1387,8 @@ class InstructionTranslator(InstructionTranslatorBase):
             # Inside try/with: an exception of the breaking call (or of the branch's bool())
             # is re-raised inside the same exception-table range of a native copy of the
             # frame, so the frame's own handlers see it as eagerly (see resume_code).
-            handler = resume_function(fn, self.positions[self._instruction_start(ip)], stack_nulls, local_names,
-                                      lineno, cell_names, raising=True)
+            handler = wrapper(resume_function(fn, self.positions[self._instruction_start(ip)], stack_nulls,
+                                              local_names, lineno, cell_names, raising=True))
         if name in ("CALL", "CALL_FUNCTION_EX"):
             fn_r = cg.recipe(fn_vt)
             arg_rs = [cg.recipe(a) for a in arg_vts]
@@ -1266,6 +1403,23 @@ class InstructionTranslator(InstructionTranslatorBase):
                     result = target(*arg_rs[0](rt), **kw)
                 else:
                     result = target(*[a(rt) for a in arg_rs], **{k: v(rt) for k, v in kw_rs.items()})
+                return values + [result], resume
+        elif name == "BEFORE_WITH":
+            mgr_r = cg.recipe(mgr_vt)
+            resume = resume_at(ip + 1, [False, False])
+
+            def step(rt, values):
+                return values + list(enter_context(mgr_r(rt))), resume
+        elif name == "WITH_EXCEPT_START":
+            resume = resume_at(ip + 1, [False])
+
+            def step(rt, values):  # stack: exit, lasti, exception handled before, exception
+                exit_, exc = values[-4], values[-1]
+                try:
+                    result = exit_(type(exc), exc, exc.__traceback__)
+                except BaseException as e:
+                    _chain(e, exc)  # raised while ``exc`` is handled, as CPython chains it
+                    raise
                 return values + [result], resume
         else:
             cond_r = cg.recipe(cond_vt)
@@ -1296,7 +1450,7 @@ class InstructionTranslator(InstructionTranslatorBase):
     def _live_locals(self, cg):
         """Names and recipes of the locals a resume function takes (cells as cells)."""
         local_names = [n for n in self.symbolic_locals if not isinstance(self.symbolic_locals[n], NullVariable)
-                       and not n.startswith("___stack")]  # a resume prologue's temporaries are dead
+                       and not n.startswith("___stack") and n != "___exc"]  # a resume prologue's temporaries are dead
         cell_names = [c for c in self.cells if c in self.code.co_cellvars]
         local_names = [n for n in local_names if n not in cell_names]
         recipes = [cg.recipe(self.symbolic_locals[n]) for n in local_names]

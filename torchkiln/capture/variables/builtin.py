@@ -118,6 +118,11 @@ class BuiltinVariable(VariableTracker):
     def __repr__(self):
         return f"BuiltinVariable({getattr(self.fn, '__name__', self.fn)})"
 
+    def var_getattr(self, tx, name):
+        if isinstance(self.fn, type) and name in ("__name__", "__qualname__", "__module__"):
+            return ConstantVariable(getattr(self.fn, name))  # a builtin type's names are read-only
+        return super().var_getattr(tx, name)
+
     def call_function(self, tx, args, kwargs):
         """Over constant data a pure builtin runs for real (every argument and keyword
         applied by CPython); the ones that must stay symbolic have handlers below, each

@@ -103,10 +103,13 @@ class GeneratorContextManagerVariable(VariableTracker):
 
 
 class GeneratorExitVariable(VariableTracker):
-    """The ``__exit__`` BEFORE_WITH leaves for a generator context manager."""
+    """The ``__exit__`` BEFORE_WITH leaves for a generator context manager; ``enter_ip``:
+    that BEFORE_WITH's instruction in the captured frame (None when entered in an inlined
+    function), where a graph break inside the block restarts (see ``finish_break``)."""
 
     def __init__(self, ctx):
         self.ctx = ctx
+        self.enter_ip = None
 
     def call_function(self, tx, args, kwargs):
         if not all(a.is_python_constant() and a.as_python_constant() is None for a in args):
