@@ -123,5 +123,8 @@ config = Config(
     inline_inbuilt_nn_modules=True,
     raise_on_ctx_manager_usage=True,
     recompile_limit=8,
+    # torchkiln's own: instructions one capture may trace (inlined calls included) before
+    # it graph-breaks at the frame's current instruction (an enormous loop runs natively)
+    trace_step_limit=1_000_000,
     optimize_ddp=True,
 )

@@ -171,3 +171,29 @@ def _reversed_list_sees_writes(x, lst):
 ], ids=lambda v: getattr(v, "__name__", "")[1:] or None)
 def test_iterator_over_mutable_container(fn, arg):
     same_as_eager(fn, torch.ones(2), arg)
+
+
+def test_long_range_is_iterated_lazily_and_rebuilt_at_its_position():
+    """A ten-million range is not materialized: a loop leaving it early is captured, and
+    one alive at a graph break is rebuilt as the real range_iterator at its position."""
+    def f(x, n):
+        it = iter(range(n))
+        for i in it:
+            if i == 3:
+                break
+        x = x + i
+        torchkiln.graph_break()
+        return x + next(it), type(it).__name__
+
+    assert same_as_eager(f, torch.ones(2), 10_000_000)[0] == "ok"
+
+
+def test_trace_step_limit_breaks_instead_of_tracing_forever():
+    from itertools import chain
+
+    def f(x, n):
+        it = chain.from_iterable(() for _ in range(n))
+        return x + 1, next(it, "empty")
+
+    with torchkiln.config.patch(trace_step_limit=20_000):
+        assert same_as_eager(f, torch.ones(2), 100_000)[1][1] == "empty"

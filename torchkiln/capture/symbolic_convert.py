@@ -20,6 +20,7 @@ import torch
 from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
 from bytecode.instr import CellVar, FreeVar
 
+from ..config import config
 from ..exc import Unsupported
 from .codegen import RuntimeCodegen, breaking_code, reads_caller_frame, returning_code, wrap_callee
 from .guards import entry_global_state, global_state
@@ -129,6 +130,8 @@ def _decode(code):
 
 
 class InstructionTranslatorBase:
+    steps = 0  # on the root: instructions traced (see step)
+
     def __init__(self, code, f_globals, symbolic_locals, output, root, cells, depth=0):
         self.code = code
         self.bc, self.instructions, self.positions, self.regions, self.labels = decode(code)
@@ -165,6 +168,10 @@ class InstructionTranslatorBase:
         self.ip = self.labels[inst.arg]
 
     def step(self):
+        root = self.root
+        root.steps += 1
+        if root.steps > config.trace_step_limit:
+            unsupported(f"capture traced more than config.trace_step_limit={config.trace_step_limit} instructions")
         if self.ip >= len(self.instructions):
             unsupported(f"execution ran past the last instruction of {self.code.co_name}")
         inst = self.instructions[self.ip]
@@ -705,6 +712,11 @@ class InstructionTranslatorBase:
 
             self.push(build_iter(self, value) or ListIteratorVariable(value.unpack_var_sequence(self)))
         else:
+            from .variables.iterators import LAZY_RANGE, build_iter
+
+            if type(value) is ConstantVariable and type(value.value) is range and len(value.value) > LAZY_RANGE:
+                self.push(build_iter(self, value))
+                return
             self.push(ListIteratorVariable(value.unpack_var_sequence(self),
                                            container=value if type(value) in (ListVariable, TupleVariable) else None))
 
@@ -1116,6 +1128,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.dynamic = dynamic
         self.compile_wrapper = compile_wrapper
         self.break_points = break_points
+        self.steps = 0  # instructions traced, inlined ones included (config.trace_step_limit)
         self.active_contexts = []
         self.f_globals = fn.__globals__
         self.root = self

@@ -111,8 +111,11 @@ class NativeIteratorVariable(IteratorProtocolMixin, VariableTracker):
 
         def build(rt):
             it = ctor(arg(rt))
-            for _ in range(consumed):
-                next(it)
+            if consumed and type(it) is _RANGE_ITERATOR:
+                it.__setstate__(consumed)
+            else:
+                for _ in range(consumed):
+                    next(it)
             if finished:
                 for _ in it:
                     pass
@@ -195,6 +198,23 @@ def build_native_iterator(tx, fn, args, kwargs):
 
 
 _ITER_BASES = (tuple, str, bytes, range, dict, set, frozenset)
+_RANGE_ITERATOR = type(iter(range(1)))
+
+
+LAZY_RANGE = 4096  # a range longer than this is iterated lazily (see build_iter)
+
+
+class _RangeItems:
+    """The items of a range, made one at a time."""
+
+    def __init__(self, r: range):
+        self.range, self.pos = r, 0
+
+    def next_item(self, tx):
+        if self.pos >= len(self.range):
+            return None
+        self.pos += 1
+        return ConstantVariable(self.range[self.pos - 1])
 
 
 class DictItemsSource:
@@ -249,6 +269,12 @@ def build_iter(tx, arg):
         else:
             real_type = type(iter(getattr({}, owner[1])()))
         return NativeIteratorVariable(iter, [arg], {}, DictItemsSource(*owner), real_type).watch(owner[0])
+    if isinstance(arg, ConstantVariable) and type(arg.value) is range and len(arg.value) > LAZY_RANGE:
+        # a long range's items are made one next() at a time (a loop that breaks early or
+        # stops at a graph break never builds ten million trackers)
+        result = NativeIteratorVariable(iter, [arg], {}, _RangeItems(arg.value), type(iter(arg.value)))
+        result.replay = True
+        return result
     if isinstance(arg, ConstantVariable) and isinstance(arg.value, (str, bytes, range)):
         sample = arg.value
     elif isinstance(arg, SetVariable):
