@@ -114,3 +114,44 @@ def test_min_cut_saves_a_forward_output_rather_than_recompute_it():
     assert "exp" not in bw_ops, bw_ops
     fw_outputs = next(n for n in fw.graphs[0].graph.nodes if n.op == "output").args[0]
     assert fw_outputs[0] in fw_outputs[1:]  # the output is also the saved tensor
+
+
+def test_min_cut_merges_a_value_both_passes_compute():
+    # silu written out: the forward's x * sigmoid(x) and the backward's
+    # g * sigmoid(x) * (1 + x * (1 - sigmoid(x))) compute sigmoid(x) twice in the joint
+    # graph; merged before the cut, the backward recomputes it once, as eager's
+    # silu_backward computes it once (the MoE backward computed it twice per expert).
+    from torchkiln.aot import aot_function
+
+    fw, bw = GraphRecorder(), GraphRecorder()
+    decomps = {op: torch._decomp.decomposition_table[op] for op in (aten.silu.default, aten.silu_backward.default)}
+    x = torch.randn(8, 32, requires_grad=True)
+    w = torch.randn(32, 16, requires_grad=True)
+    f = aot_function(lambda x, w: torch.nn.functional.silu(x) @ w, fw, bw,
+                     partition_fn=min_cut_rematerialization_partition, decompositions=decomps)
+    f(x, w).pow(2).sum().backward()
+    rx, rw = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+    (torch.nn.functional.silu(rx) @ rw).pow(2).sum().backward()
+    torch.testing.assert_close((x.grad, w.grad), (rx.grad, rw.grad))
+
+    def count(gm):
+        return sum(n.target is aten.sigmoid.default for n in gm.graph.nodes)
+    assert count(fw.graphs[0]) == 1 and count(bw.graphs[0]) == 1, bw.graphs[0].code
+
+
+def test_cse_keeps_random_mutating_and_data_dependent_ops_apart():
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torchkiln.aot.cse import cse_graph
+
+    def f(x):
+        a, b = torch.rand_like(x), torch.rand_like(x)  # two draws, not one
+        return a + b, x.sin() + x.sin(), x * 0.0 + x * -0.0, x.sum().item() + x.sum().item()
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(4))
+    new, merged = cse_graph(gm.graph)
+    ops = [n.target for n in new.nodes if n.op == "call_function"]
+    assert ops.count(aten.rand_like.default) == 2
+    assert ops.count(aten.sin.default) == 1
+    assert ops.count(aten.mul.Tensor) == 2  # 0.0 and -0.0 are different arguments
+    assert ops.count(aten.sum.default) == 1 and ops.count(aten._local_scalar_dense.default) == 2
+    assert merged == 2

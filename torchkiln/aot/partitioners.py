@@ -13,7 +13,9 @@ gradients.  Sizes the backward needs travel as SymInt outputs of the forward.
 ``min_cut_rematerialization_partition`` chooses the saved set by a minimum cut
 (networkx max-flow) on the graph weighted by bytes: cheap pointwise/view ops may be
 recomputed in the backward from a smaller saved set; matmuls, convolutions,
-reductions and random ops are never recomputed.
+reductions and random ops are never recomputed.  It merges repeated computations of the
+joint graph first (aot/cse.py), so that a value both passes compute (``sigmoid(x)`` of
+``silu`` and of its backward) is saved or recomputed once.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import sympy
 import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import resolve_unbacked_bindings
 
+from .cse import cse_graph
 from .fakes import shape_env_of
 
 aten = torch.ops.aten
@@ -238,6 +241,9 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
         import networkx as nx
     except ImportError:  # pragma: no cover - networkx is a dependency
         return default_partition(joint_gm, joint_inputs, num_fwd_outputs=num_fwd_outputs)
+    cse, merged = cse_graph(joint_gm.graph)
+    if merged:
+        joint_gm = fx.GraphModule(joint_gm, cse)
     fwd_nodes, bwd_needed = _backward_uses(joint_gm, num_fwd_outputs)
     tangent_dep = _tangent_dependent(joint_gm)
     fw_outputs = {o for o in _outputs(joint_gm)[:num_fwd_outputs] if isinstance(o, fx.Node)}

@@ -235,6 +235,9 @@ class GraphLowering:
                 or (data.device.type == "cpu" and _broadcast_downstream(node, val.numel())
                     and data.has_transcendental())):
             box.realize(self._realize_stride(data, val))
+        elif isinstance(data, Pointwise) and len(node.users) > 1:
+            # kept inline; a consumer that stores a view of it stores it instead (nodes._realize_shared_root)
+            box.shared_stride = self._realize_stride(data, val)
 
     def _dense_stride(self, val):
         """The fake value's strides when they describe a dense, non-overlapping tensor."""

@@ -322,6 +322,9 @@ class TensorBox:
 
     def __init__(self, data) -> None:
         self.data = data
+        # set by the graph on an unrealized pointwise value with several users: the
+        # strides to store it in when a view of it is stored (see _realize_shared_root)
+        self.shared_stride: Optional[list] = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -348,8 +351,9 @@ class TensorBox:
         if isinstance(data, (Buffer, ReinterpretView)):
             return data
         if isinstance(data, View):
+            stored = _realize_shared_root(data)
             view = as_strided_view(data)
-            if view is not None:
+            if view is not None and (not stored or stride is None or _strides_equal(view.layout, stride)):
                 self.data = view
                 return view
             data = Pointwise(data.get_size(), data.dtype, data.device, data.make_loader())
@@ -363,6 +367,37 @@ class TensorBox:
 
     def __repr__(self):
         return f"TensorBox({self.data!r})"
+
+
+def _view_root(view: View) -> "TensorBox":
+    box = view.base
+    while isinstance(box.data, View):
+        box = box.data.base
+    return box
+
+
+def _realize_shared_root(view: View) -> bool:
+    """A view (permute, reshape...) of a pointwise value that other consumers read too
+    (``TensorBox.shared_stride``, set by the graph for a value with several users) is
+    about to be stored: store the value itself once, so that the view becomes a strided
+    alias of it and the other consumers load it, instead of each recomputing it (a
+    ``silu`` backward feeding both a weight-gradient ``mm`` through a transpose and a
+    bias-gradient sum computed its sigmoid twice).  Only when the view has as many
+    elements as the value (nothing is computed that no one reads).  Returns whether it
+    stored the value now."""
+    root = _view_root(view)
+    if root.shared_stride is None or not isinstance(root.data, Pointwise):
+        return False
+    numel = lambda size: sympy.expand(sympy.Mul(*[to_sympy(s) for s in size]))  # noqa: E731
+    if sympy.expand(numel(view.get_size()) - numel(root.get_size())) != 0:
+        return False
+    root.realize(root.shared_stride)
+    return True
+
+
+def _strides_equal(layout: Layout, want) -> bool:
+    return all(n == 1 or sympy.expand(to_sympy(a) - to_sympy(b)) == 0
+               for n, a, b in zip(layout.size, layout.stride, want))
 
 
 def as_strided_view(view: View) -> Optional[ReinterpretView]:

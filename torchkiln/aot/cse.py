@@ -1,0 +1,82 @@
+"""Common-subexpression elimination of a joint graph (before it is partitioned).
+
+The backward formulas of decomposed ops recompute forward values: ``silu``'s forward is
+``x * sigmoid(x)`` and its backward ``g * sigmoid(x) * (1 + x * (1 - sigmoid(x)))``, so the
+joint graph holds ``sigmoid(x)`` twice.  Partitioned as is, the backward computes it once
+for its own formula and once more to rematerialize the forward's product; merged first,
+the partitioner sees one value it can save or recompute once (eager computes sigmoid
+once per pass).  Mirrors torch.compile's ``fx_graph_cse`` run before
+``min_cut_rematerialization_partition``.
+
+Two ``call_function`` nodes are merged when they call the same target on the same
+(already merged) arguments.  Never merged: random ops (``nondeterministic_seeded``),
+ops that mutate or alias-write an argument, ops that define data-dependent sizes
+(``unbacked_bindings``: each ``.item()`` is a symbol of its own), collectives (each call
+is a message to the other ranks), and nodes whose arguments cannot be hashed.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+_NEVER_NAMESPACES = {"_c10d_functional", "c10d_functional", "_dtensor", "c10d"}
+
+
+def _mergeable(n: fx.Node) -> bool:
+    if n.op != "call_function" or n.meta.get("unbacked_bindings"):
+        return False
+    target = n.target
+    if isinstance(target, torch._ops.OpOverload):
+        if torch.Tag.nondeterministic_seeded in target.tags or target.namespace in _NEVER_NAMESPACES:
+            return False
+        schema = target._schema
+        if schema.is_mutable or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            return False
+        return True
+    # getitem of a merged tuple, SymInt arithmetic (operator.mul ...): pure
+    return getattr(target, "__module__", None) == "_operator"
+
+
+def _key(value):
+    """A hashable form of an argument (lists -> tuples, slices and dtypes kept);
+    raises TypeError when there is none."""
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_key(v) for v in value)
+    if isinstance(value, dict):
+        return ("dict",) + tuple(sorted((k, _key(v)) for k, v in value.items()))
+    if isinstance(value, slice):
+        return ("slice", _key(value.start), _key(value.stop), _key(value.step))
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise TypeError("symbolic constant")
+    if isinstance(value, float):
+        return ("float", repr(value))  # 0.0 == -0.0, but x * -0.0 is not x * 0.0
+    hash(value)
+    # 1, 1.0 and True hash alike but are different arguments
+    return (type(value).__name__, value)
+
+
+def cse_graph(graph: fx.Graph) -> tuple[fx.Graph, int]:
+    """A copy of ``graph`` with repeated pure computations merged; returns
+    ``(new graph, number of nodes merged away)``.  Placeholders keep their names."""
+    new = fx.Graph()
+    env: dict = {}
+    seen: dict = {}
+    merged = 0
+    for n in graph.nodes:
+        if _mergeable(n):
+            args = fx.node.map_arg(n.args, lambda a: env[a])
+            kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])
+            try:
+                key = (n.target, _key(args), _key(kwargs))
+            except TypeError:
+                key = None
+            if key is not None and key in seen:
+                env[n] = seen[key]
+                merged += 1
+                continue
+            env[n] = new.node_copy(n, lambda a: env[a])
+            if key is not None:
+                seen[key] = env[n]
+            continue
+        env[n] = new.node_copy(n, lambda a: env[a])
+    return new, merged
