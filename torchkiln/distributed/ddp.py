@@ -9,6 +9,19 @@ by :func:`ddp_forward`: for the duration of the call, ``ddp.module`` is an
 ``DistributedDataParallel.forward`` (reducer preparation, buffer sync, ``_DDPSink`` for
 unused parameters) runs as eager code.  ``DDP(torchkiln.compile(model))`` needs no help:
 DDP calls the compiled module inside its forward.
+
+Under compiled autograd DDP's C++ reducer cannot work: its hooks on the parameters'
+``AccumulateGrad`` nodes are C++ lambdas the engine cannot capture, and the engine
+refuses them ("not compatible with C++ DDP Reducer").  torch.compile's answer is DDP's
+Python reducer (``torch._dynamo.config.optimize_ddp = "python_reducer"``, read by
+``DistributedDataParallel.__init__``): no C++ reducer hooks, no bucketing; each parameter's
+post-accumulate-grad hook divides its gradient by the world size and all-reduces it with
+a functional collective.  torchkiln reads no torch._dynamo setting, so it switches a DDP
+module it meets to that mode itself (:func:`use_python_reducer`): when compiled autograd
+is on for the call (the compiled function's ``config.compiled_autograd`` or an active
+``torchkiln.compiled_autograd.enable``) or ``torchkiln.config.optimize_ddp ==
+"python_reducer"``.  As in torch's mode, DDP's forward is then the wrapped module's alone
+(no buffer broadcast, no ``_DDPSink``); the graph is not split at buckets.
 """
 from __future__ import annotations
 
@@ -17,6 +30,7 @@ from typing import Callable
 
 from torch.nn.parallel import DistributedDataParallel
 
+from ..capture.api import skip_code
 from ..capture.optimized_module import OptimizedModule, register_forward_override
 from ..capture.output_graph import register_backend_wrapper
 
@@ -38,28 +52,67 @@ def _compiled_module(ddp: DistributedDataParallel, context) -> OptimizedModule:
     return compiled
 
 
+def wants_python_reducer(context=None) -> bool:
+    """Whether a DDP module met now must use the Python reducer: compiled autograd is on
+    for this call (``context``: the compile context whose function runs), or
+    ``config.optimize_ddp == "python_reducer"``."""
+    from ..compiled_autograd import state
+    from ..config import config
+
+    return (config.optimize_ddp == "python_reducer" or state.enabled_depth > 0
+            or bool(getattr(context, "compiled_autograd", False)))
+
+
+def use_python_reducer(ddp: DistributedDataParallel) -> None:
+    """Switch ``ddp`` to DDP's Python reducer (what its constructor does when
+    ``torch._dynamo.config.optimize_ddp == "python_reducer"``): remove the C++ reducer's
+    ``AccumulateGrad`` hooks, then register DDP's own post-accumulate-grad hooks, which
+    all-reduce each gradient (a functional collective; compiled autograd runs them after
+    the gradient is accumulated).  Idempotent.  Raises ``RuntimeError`` on a DDP without
+    that mode's methods (checked on torch 2.11 and 2.13-2.15)."""
+    if ddp._use_python_reducer:
+        return
+    if not (hasattr(ddp, "_register_accum_grad_hook") and hasattr(ddp, "_remove_autograd_hooks")):
+        raise RuntimeError("torchkiln: this torch's DistributedDataParallel has no Python reducer; "
+                           "DDP cannot run under compiled autograd")
+    ddp._remove_autograd_hooks()
+    ddp._use_python_reducer = True
+    ddp._register_accum_grad_hook()
+
+
 def ddp_forward(context, ddp: DistributedDataParallel) -> Callable:
     """The forward of a compiled DDP module: DDP's forward natively, ``ddp.module`` compiled."""
 
     def forward(*args, **kwargs):
-        modules = ddp._modules
-        inner = modules["module"]
-        modules["module"] = _compiled_module(ddp, context)
-        try:
-            return ddp.forward(*args, **kwargs)
-        finally:
-            modules["module"] = inner
+        return run_ddp_forward(context, ddp, args, kwargs)
 
     return forward
+
+
+def run_ddp_forward(context, ddp: DistributedDataParallel, args, kwargs):
+    """``ddp.forward(*args, **kwargs)`` run natively with ``ddp.module`` compiled in
+    ``context`` (captured code calling it graph-breaks here: see :func:`install`)."""
+    if not ddp._use_python_reducer and wants_python_reducer(context):
+        use_python_reducer(ddp)
+    modules = ddp._modules
+    inner = modules["module"]
+    modules["module"] = _compiled_module(ddp, context)
+    try:
+        return ddp.forward(*args, **kwargs)
+    finally:
+        modules["module"] = inner
 
 
 def _wrap_backend_for_ddp(backend):
     from ..config import config
 
-    if not config.optimize_ddp:
-        return backend
     ddp = active_ddp_module()
     if ddp is None:
+        return backend
+    if wants_python_reducer():  # DDP(torchkiln.compile(m)) under compiled autograd: no split, as torch's
+        use_python_reducer(ddp)
+        return backend
+    if not config.optimize_ddp:
         return backend
     from .ddp_optimizer import DDPOptimizer
 
@@ -69,4 +122,5 @@ def _wrap_backend_for_ddp(backend):
 def install() -> None:
     """Register the DDP forward override and the bucket-splitting backend wrapper with capture."""
     register_forward_override(DistributedDataParallel, ddp_forward)
+    skip_code(run_ddp_forward.__code__, "DistributedDataParallel.forward runs natively (its module is compiled)")
     register_backend_wrapper(_wrap_backend_for_ddp)
