@@ -16,7 +16,9 @@ experts (gather, two matmuls, ``index_add``).  Compiled with and without
   to eager.  Each variant compiles its own copy of the model (a ``forward`` code object of
   its own, so the capture caches do not mix) and runs every call under its settings.
 
-Run: ``python benchmarks/moe_bench.py [--device cuda] [--repeats N]``.
+Run: ``python benchmarks/moe_bench.py [--device cuda] [--repeats N] [--tokens N]``.  On
+CUDA every round ends with ``torch.cuda.synchronize()``; the token count stays 512 unless
+given (the suite's ``moe`` workload uses 8192 on CUDA).
 """
 from __future__ import annotations
 
@@ -141,7 +143,8 @@ def main():
             for _ in range(8):
                 call(torch.randn_like(x))
         later[name] = graphs() if before == "-" else counts[name] + graphs() - before
-    print(f"MoE: 8 experts, top-2, d=256, hidden=512, {args.tokens} tokens, float32, {device}, 1 thread, "
+    where = torch.cuda.get_device_name() if device == "cuda" else "cpu, 1 thread"
+    print(f"MoE: 8 experts, top-2, d=256, hidden=512, {args.tokens} tokens, float32, {where}, "
           f"timed interleaved ({args.repeats} rounds)")
     print("graphs: after the first inference call; graphs+8: after training and 8 inference calls on other inputs")
     print(f"{'variant':30s} {'graphs':>6s} {'infer ms':>9s} {'vs eager':>8s} {'train ms':>9s} {'vs eager':>8s} {'graphs+8':>8s}")
