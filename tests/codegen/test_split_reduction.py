@@ -15,11 +15,12 @@ from torchkiln.testing import same
 def test_num_splits():
     assert split_reduction.num_splits(768, 4096) == 16  # bias gradient of 4096 rows
     assert split_reduction.num_splits(64, 262144) == 256  # batch-norm statistics, 64 channels
-    assert split_reduction.num_splits(1, 8192) == 32  # a full sum
+    assert split_reduction.num_splits(1, 1 << 23) == 1024  # a full sum
+    assert split_reduction.num_splits(1, 8192) == 1  # too little work for a second launch
     assert split_reduction.num_splits(4096, 4096) == 1  # enough outputs already
     assert split_reduction.num_splits(8, 1000) == 1  # short rows
-    assert split_reduction.num_splits(3, 4099) == 1  # no power of two divides the row
-    for x, r in [(1, 4096), (7, 6144), (1000, 1 << 20)]:
+    assert split_reduction.num_splits(3, 4099 * 1023) == 1  # no power of two divides the row
+    for x, r in [(1, 1 << 20), (7, 6144 * 256), (1000, 1 << 20)]:
         s = split_reduction.num_splits(x, r)
         assert r % s == 0 and r // s >= split_reduction.MIN_CHUNK and x * s <= split_reduction.TARGET_OUTPUTS
 
@@ -39,6 +40,7 @@ def _fns():
 
 def _spy(monkeypatch) -> list:
     monkeypatch.setattr(split_reduction, "enabled", lambda device: True)
+    monkeypatch.setattr(split_reduction, "MIN_ELEMENTS", 0)
     calls, real = [], split_reduction.split
     monkeypatch.setattr(split_reduction, "split", lambda red, n: calls.append(n) or real(red, n))
     return calls

@@ -25,6 +25,10 @@ TARGET_OUTPUTS = 16384
 MIN_CHUNK = 256  # elements each stage-1 row reduces at least
 MIN_RNUMEL = 4096  # shorter rows are never split
 MAX_XNUMEL = 1024  # more outputs than this already fill the GPU
+# fewer elements than this are read in a few us even unsplit: a second kernel's launch
+# costs more where the step is launch-bound (resnet_cnn training on the H100: 32 more
+# launches a step for 4 ms less GPU time made the step slower)
+MIN_ELEMENTS = 1 << 20
 MAX_SPLITS = 1024  # a full sum: 1024 partials of long rows beat 16384 short ones (12 vs ~8 us)
 
 
@@ -32,7 +36,7 @@ def num_splits(xnumel: int, rnumel: int) -> int:
     """``S`` for ``xnumel`` outputs of ``rnumel``-element rows: a power of two dividing
     ``rnumel``, at most ``TARGET_OUTPUTS / xnumel``, ``rnumel / MIN_CHUNK`` and ``MAX_SPLITS``; 1 when
     the reduction stays whole."""
-    if xnumel <= 0 or xnumel > MAX_XNUMEL or rnumel < MIN_RNUMEL:
+    if xnumel <= 0 or xnumel > MAX_XNUMEL or rnumel < MIN_RNUMEL or xnumel * rnumel < MIN_ELEMENTS:
         return 1
     limit = min(TARGET_OUTPUTS // xnumel, rnumel // MIN_CHUNK, MAX_SPLITS)
     splits = 1
