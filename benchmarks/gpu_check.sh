@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One batched GPU session (run by hand through the device tool): the test suite on a CUDA
 # machine (Python 3.12, torch 2.11, Triton 3.6) and the benchmarks, logs under $OUT.
-# Usage: bash benchmarks/gpu_check.sh [tests|bench|suite|all]   (MODELS=a,b narrows the suite)
+# Usage: bash benchmarks/gpu_check.sh [tests|bench|suite|profile|all]   (MODELS=a,b narrows the suite)
+# Note: the device tool sends the checkout the session started in (/work/main), not a
+# helper's worktree; carry a copy of the code under an ignored folder to test a branch.
 set -u
 what=${1:-all}
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
@@ -24,4 +26,12 @@ if [ "$what" = suite ] || [ "$what" = all ]; then
   # The model suite with the peer; MODELS narrows it to fit one device call.
   timeout 540 python3 -m torchkiln.cli bench --device cuda --peer ${MODELS:+--models $MODELS} --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
   tail -n 45 "$OUT/bench.txt"
+fi
+if [ "$what" = profile ]; then
+  # kiln vs torch.compile per step: kernels, GPU time, top kernels (docs/codegen_triton.md)
+  for mm in ${ROWS:-nanogpt:training hf_bert:inference resnet_cnn:training}; do
+    timeout 120 python3 benchmarks/gpu_profile.py ${mm%%:*} ${mm##*:} "$OUT" > "$OUT/log_${mm%%:*}_${mm##*:}.txt" 2>&1
+    grep -E "first call|median|kernels/step|vs eager" "$OUT/log_${mm%%:*}_${mm##*:}.txt"
+  done
+  timeout 200 python3 benchmarks/triton_block_sweep.py "$OUT" > "$OUT/sweep.txt" 2>&1; grep -E "==|top" "$OUT/sweep.txt"
 fi
