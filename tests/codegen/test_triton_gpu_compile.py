@@ -110,14 +110,16 @@ def _printer_kernels():
     """Kernels storing size expressions that need the Python-semantics helpers
     (``kiln_floordiv``/``kiln_mod`` with literal divisors, Min/Max, Abs, math on SymInts)."""
     import sympy
-    from torch.utils._sympy.functions import CeilDiv, FloorDiv, FloorToInt, OpaqueUnaryFn_sqrt, PythonMod, ToFloat
+    from torch.utils._sympy.functions import (CeilDiv, FloatPow, FloorDiv, FloorToInt, OpaqueUnaryFn_sqrt, PythonMod,
+                                              ToFloat)
 
     from torchkiln.codegen import ir
 
     (x0,) = ir.index_vars("x", 1)
     s0, s1 = (sympy.Symbol(n, integer=True, positive=True) for n in ("s0", "s1"))
     exprs = [FloorDiv(s0 - 7, 2), PythonMod(s0 - 7, 3), CeilDiv(s0, 2), sympy.Min(s0, s1) + sympy.Max(s0 - 10, s1),
-             sympy.Abs(s0 - s1), FloorToInt(OpaqueUnaryFn_sqrt(ToFloat(s0)) * 10), FloorDiv(x0 - s0, s1)]
+             sympy.Abs(s0 - s1), FloorToInt(OpaqueUnaryFn_sqrt(ToFloat(s0)) * 10), FloorDiv(x0 - s0, s1),
+             FloorToInt(FloatPow(ToFloat(s0), sympy.Float(0.5)) * 10)]  # a float literal into libdevice (fp64)
     return [ir.FusedKernel(f"size_expr{i}", torch.device("cuda"), [3], [], [x0], [],
                            [ir.Loop(False, [ir.Store("out", x0, ir.IndexValue(e, torch.int64))])],
                            [ir.BufferArg("out", torch.int64, True)], [s0, s1]) for i, e in enumerate(exprs)]

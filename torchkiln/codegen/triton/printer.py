@@ -48,7 +48,10 @@ class TritonPrinter(ExprPrinter):
             return f"tl.abs({args[0]})"
         if fn == "round":
             fn = "nearbyint"
-        return f"libdevice.{fn}({', '.join(args)})"
+        # libdevice has float32 and float64 overloads and no mixed or integer ones: a
+        # Python-float literal is float32 in Triton and a SymInt is int64, so every
+        # argument is made float64 (Python's float), e.g. ``libdevice.pow(s0, 0.5)``.
+        return f"libdevice.{fn}({', '.join(self.to_float(a) for a in args)})"
 
     def to_float(self, a):
         return f"(tl.full([1], 0.0, tl.float64) + {a})"
