@@ -23,10 +23,10 @@ Not ported (reason):
   set_locals_to_steal, dynamo reset paths) that torchkiln has no counterpart of.
 * test_issue106555, test_custom_fn_output_metadata, test_cudagraphs_*: CUDA (skip on
   this machine; not ported yet).
-* test_custom_fn_bw_graph_break, test_custom_fn_compiled_fw_bw_graph_break: the seed
-  counts Dynamo's unique_graphs for a backward with print(); here capture breaks the
-  graph at the print() too, and test_backward_side_effects.py checks that it and other
-  side effects (list, counter, global, ctx attribute, hooks) happen once per backward.
+* test_custom_fn_compiled_fw_bw_graph_break: the seed counts Dynamo's unique_graphs for
+  a backward with print() (test_custom_fn_bw_graph_break is ported: capture breaks the
+  graph at the print(), which runs once per backward); test_backward_side_effects.py
+  checks print and other side effects (list, counter, global, ctx attribute, hooks).
 * test_callback_graph_break_throws_error: torch raises for queue_callback with
   fullgraph=False; here a callback queued from a hook or a custom backward runs after
   the backward as eager's do (test_queue_callback), with or without fullgraph.
@@ -919,6 +919,32 @@ def test_custom_fn_dynamically_defined_class():
             yield x.grad
 
     check_output_and_recompiles(fn, count=3)
+
+
+def test_custom_fn_bw_graph_break(capsys):
+    def fn():
+        class MySin(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return torch.sin(x)
+
+            @staticmethod
+            def backward(ctx, gO):
+                print("graph break")
+                (x,) = ctx.saved_tensors
+                return gO * torch.cos(x)
+
+        for i in [10, 100, 10, 15, 20, 25]:
+            x = torch.arange(0.0, i, requires_grad=True)
+            MySin.apply(x).sum().backward()
+            yield x.grad
+
+    # seed: [2, 6] (static first, then dynamic: 2 captures, Dynamo's graphs around the
+    # print); torch 2.13's engine: 1 capture; capture breaks its graph at the print()
+    check_output_and_recompiles(fn, count=[1, None], compiler_fn=make_compiler_fn(fullgraph=False))
+    assert counters["graph_break"] and counters["compiled_autograd"]["compiles"] >= 1
+    assert capsys.readouterr().out.count("graph break") == 12  # eager's 6, then 6 compiled: one per backward
 
 
 def test_custom_fn_compiled_fw_graph_break():
