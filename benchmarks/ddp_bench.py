@@ -9,6 +9,9 @@ these modes, all in the same processes:
 - ``kiln``: ``torchkiln.compile(DDP(model))`` with ``config.optimize_ddp=True`` (the
   graph split at DDP's bucket boundaries);
 - ``kiln_nosplit``: the same with ``optimize_ddp=False`` (one graph);
+- ``kiln_ca`` (opt-in, ``--modes``): ``torchkiln.compile(DDP(model))`` with forward and
+  backward under ``torchkiln.compiled_autograd.enable``: DDP's Python reducer (one
+  all-reduce per parameter from its post-accumulate-grad hook), the backward one graph;
 - ``torch``: ``torch.compile(DDP(model))`` (the peer, its DDPOptimizer on).
 
 A step is ``zero_grad``, forward (the loss is computed inside the model), backward,
@@ -34,6 +37,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import itertools
 import math
 import os
@@ -103,7 +108,7 @@ def _wrap(mode: str, model, device_ids, bucket_cap_mb: float, backend: str):
     ddp = DDP(model, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb)
     if mode == "eager":
         return ddp
-    if mode in ("kiln", "kiln_nosplit"):
+    if mode in ("kiln", "kiln_nosplit", "kiln_ca"):
         return torchkiln.compile(ddp, backend=backend)
     if mode == "torch":
         return torch.compile(ddp)
@@ -186,11 +191,16 @@ def _worker(rank: int, world: int, port: int, args) -> None:
             ddp = _wrap(mode, model, [rank] if cuda else None, args.bucket_cap_mb, args.backend)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
-        def step(ddp=ddp, opt=opt, split=mode != "kiln_nosplit"):
+        autograd = (functools.partial(torchkiln.compiled_autograd.enable,
+                                      torchkiln.compiled_autograd.compiler_fn_for_backend(args.backend))
+                    if mode == "kiln_ca" else contextlib.nullcontext)
+
+        def step(ddp=ddp, opt=opt, split=mode != "kiln_nosplit", autograd=autograd):
             with torchkiln.config.patch(optimize_ddp=split):
                 opt.zero_grad(set_to_none=True)
-                loss = ddp(idx, targets)
-                loss.backward()
+                with autograd():
+                    loss = ddp(idx, targets)
+                    loss.backward()
                 opt.step()
             return loss
 

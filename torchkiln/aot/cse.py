@@ -11,23 +11,25 @@ once per pass).  Mirrors torch.compile's ``fx_graph_cse`` run before
 Two ``call_function`` nodes are merged when they call the same target on the same
 (already merged) arguments.  Never merged: random ops (``nondeterministic_seeded``),
 ops that mutate or alias-write an argument, ops that define data-dependent sizes
-(``unbacked_bindings``: each ``.item()`` is a symbol of its own), collectives (each call
-is a message to the other ranks), and nodes whose arguments cannot be hashed.
+(``unbacked_bindings``: each ``.item()`` is a symbol of its own), ops outside the ``aten``
+and ``prims`` namespaces (collectives: each call is a message to the other ranks; custom
+ops may have undeclared effects), and nodes whose arguments cannot be hashed.
 """
 from __future__ import annotations
 
 import torch
 import torch.fx as fx
 
-_NEVER_NAMESPACES = {"_c10d_functional", "c10d_functional", "_dtensor", "c10d"}
+_OP_NAMESPACES = {"aten", "prims"}
 
 
 def _mergeable(n: fx.Node) -> bool:
-    if n.op != "call_function" or n.meta.get("unbacked_bindings"):
+    if n.op != "call_function" or n.meta.get("unbacked_bindings") or n.is_impure():
         return False
     target = n.target
     if isinstance(target, torch._ops.OpOverload):
-        if torch.Tag.nondeterministic_seeded in target.tags or target.namespace in _NEVER_NAMESPACES:
+        # ATen and prims only: a custom op may have effects its schema does not declare
+        if torch.Tag.nondeterministic_seeded in target.tags or target.namespace not in _OP_NAMESPACES:
             return False
         schema = target._schema
         if schema.is_mutable or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
