@@ -125,6 +125,6 @@ config = Config(
     recompile_limit=8,
     # torchkiln's own: instructions one capture may trace (inlined calls included) before
     # it graph-breaks at the frame's current instruction (an enormous loop runs natively)
-    trace_step_limit=1_000_000,
+    trace_step_limit=300_000,
     optimize_ddp=True,
 )

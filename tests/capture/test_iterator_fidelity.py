@@ -197,3 +197,16 @@ def test_trace_step_limit_breaks_instead_of_tracing_forever():
 
     with torchkiln.config.patch(trace_step_limit=20_000):
         assert same_as_eager(f, torch.ones(2), 100_000)[1][1] == "empty"
+
+
+def test_alternate_constructors_of_builtin_types_run_at_trace_time():
+    from torchkiln.utils.counters import counters
+
+    def f(x):
+        return x + float.fromhex("0x1.8p1") + int.from_bytes(b"\x01\x00", "little")
+
+    counters.clear()
+    assert torchkiln.compile(f, backend="eager")(torch.zeros(1)).item() == 4.0
+    assert not counters["graph_break"]
+    with pytest.raises(ValueError):  # an invalid literal raises as eagerly (through a break)
+        torchkiln.compile(lambda x: x + float.fromhex("zz"), backend="eager")(torch.zeros(1))

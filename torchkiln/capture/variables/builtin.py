@@ -67,6 +67,10 @@ _PURE_IDS = {id(f) for f in _PURE} | {id(getattr(math, n)) for n in dir(math) if
     and n not in ("setitem", "delitem", "attrgetter", "itemgetter", "methodcaller", "call")} | {
     id(f) for f in (operator.index, operator.indexOf, operator.inv, operator.invert)}
 # (``is``/``id`` are not pure here: they would see the copies a real run is given.)
+# Alternate constructors of builtin immutable types called on the exact type (each lookup
+# of ``float.fromhex`` makes a new bound method: matched by owner and name).
+_PURE_CLASSMETHODS = {(float, "fromhex"), (int, "from_bytes"), (bytes, "fromhex"), (str, "maketrans"),
+                      (bytes, "maketrans")}
 
 
 _BINOPS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
@@ -83,6 +87,8 @@ def is_pure_builtin(fn) -> bool:
     if id(fn) in _PURE_IDS:
         return True
     owner = getattr(fn, "__self__", None)
+    if type(owner) is type and (owner, getattr(fn, "__name__", None)) in _PURE_CLASSMETHODS:
+        return True
     return isinstance(owner, (str, int, float, bytes, tuple, complex, frozenset)) and not isinstance(owner, type)
 
 
@@ -121,6 +127,8 @@ class BuiltinVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if isinstance(self.fn, type) and name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.fn, name))  # a builtin type's names are read-only
+        if (self.fn, name) in _PURE_CLASSMETHODS:
+            return BuiltinVariable(getattr(self.fn, name))
         return super().var_getattr(tx, name)
 
     def call_function(self, tx, args, kwargs):
