@@ -8,14 +8,13 @@ from typing import Callable, Optional
 
 import torch
 import torch.utils._pytree as pytree
-from torch.fx.experimental.symbolic_shapes import PropagateUnbackedSymInts
 
 from . import autograd_cache
 from .analysis import run_analysis
 from .config import config
 from .dispatch import AOTConfig, _load_runtime, aot_dispatch_flat
-from .fakes import _active_fake_mode, make_fake_inputs, shape_env_of, tracing_context
-from .tracing import trace_forward, trace_joint as _trace_joint
+# fakes, tracing and ShapeEnv (sympy: ~1 s) are imported where a graph is traced:
+# ``load_compiled`` (a warm start) needs none of them
 
 def aot_function(fn: Callable, fw_compiler: Callable, bw_compiler: Optional[Callable] = None,
                  partition_fn: Optional[Callable] = None, decompositions: Optional[dict] = None,
@@ -107,6 +106,10 @@ def aot_module_simplified(gm: torch.nn.Module, example_inputs: list, fw_compiler
     fake mode and symbolic sizes.  Returns ``forward(*args)`` returning a tuple of
     ``gm``'s outputs.  Compiles once; capture's guards decide when to call it again.
     """
+    from torch.fx.experimental.symbolic_shapes import PropagateUnbackedSymInts
+
+    from .fakes import _active_fake_mode, shape_env_of
+
     aot_config = AOTConfig(fw_compiler, bw_compiler, partition_fn, decompositions, 0,
                            keep_inference_input_mutations, inference_compiler, False)
     # Parameters and buffers still held as attributes (not lifted by capture) become
@@ -176,7 +179,8 @@ def load_compiled(cache_key: str, *, fw_compiler: Callable, bw_compiler: Optiona
     autograd cache entry ``cache_key``, rebuilt from that entry alone: no graph, no
     tracing.  None (a miss, counted) when the entry or one of its FX graphs is gone or
     the entry mutates inputs (its eager fallback for aliased inputs needs the graph)."""
-    aot_config = AOTConfig(fw_compiler, bw_compiler, None, None, 0, False, inference_compiler, False)
+    aot_config = AOTConfig(fw_compiler, bw_compiler, _loaded_runtimes_do_not_partition, None, 0, False,
+                           inference_compiler, False)
     runtime = _load_runtime(cache_key, aot_config)
     if runtime is None or runtime.meta.mutated_inputs:
         return None
@@ -188,12 +192,21 @@ def load_compiled(cache_key: str, *, fw_compiler: Callable, bw_compiler: Optiona
     return forward
 
 
+def _loaded_runtimes_do_not_partition(*args, **kwargs):
+    """``load_compiled``'s partitioner: a runtime rebuilt from the cache has no joint graph
+    (and the default one would import the partitioner's modules: sympy, ~1 s)."""
+    raise AssertionError("a runtime loaded from the AOT autograd cache does not partition")
+
+
 def aot_export_joint_simple(func: Callable, args: list, *, trace_joint: bool,
                             decompositions: Optional[dict] = None) -> torch.fx.GraphModule:
     """The functional ATen graph of ``func`` (forward only, or joint ``(primals, tangents)``)
     without a runtime wrapper.  Raises ``RuntimeError`` if ``func`` mutates an input or
     returns an alias of an input, which a bare graph could not express.
     """
+    from .fakes import make_fake_inputs, tracing_context
+    from .tracing import trace_forward, trace_joint as _trace_joint
+
     fake_mode, fake_args = make_fake_inputs(list(args))
 
     def flat_fn(*a):

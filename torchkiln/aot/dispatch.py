@@ -20,10 +20,9 @@ from . import autograd_cache, graph_json
 from .analysis import ViewAndMutationMeta, run_analysis
 from .broadcast_tangents import broadcast_positions, with_broadcast_tangents
 from .config import config
-from .fakes import make_fake_inputs, tracing_context
-from .partitioners import default_partition, min_cut_rematerialization_partition
 from .runtime import call_compiled, finish_call, make_autograd_function
-from .tracing import trace_forward, trace_joint
+# fakes, partitioners and tracing (ShapeEnv, sympy: ~1 s) are imported where a graph is
+# traced, not at import: a runtime loaded from the AOT autograd cache needs none of them
 
 log = get_artifact_logger("aot_graphs")
 _ids = itertools.count()
@@ -47,6 +46,8 @@ class AOTConfig:
         self.bw_compiler = self.bw_compiler or self.fw_compiler
         self.inference_compiler = self.inference_compiler or self.fw_compiler
         if self.partition_fn is None:
+            from .partitioners import default_partition, min_cut_rematerialization_partition
+
             self.partition_fn = (min_cut_rematerialization_partition if config.partitioner == "min_cut"
                                  else default_partition)
 
@@ -156,6 +157,8 @@ def _bw_graph_data(bw_gm: torch.fx.GraphModule):
 
 def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTConfig,
                     cache_key: Optional[str] = None) -> Callable:
+    from .fakes import tracing_context
+
     may_need_grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in fake_args)
     with contextlib.ExitStack() as stack:
         stack.enter_context(tracing_context(fake_mode, joint=may_need_grad))  # the op choices of the trace
@@ -182,6 +185,8 @@ def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTCon
 
 def _inference_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_config: AOTConfig) -> Callable:
     """One graph, no autograd.Function (no input needs grad, or grad mode is off)."""
+    from .tracing import trace_forward
+
     keep = aot_config.keep_inference_input_mutations
     with trace.stage("aot.trace_forward"):
         gm = trace_forward(fn, meta, fake_args, fake_mode, aot_config.decompositions, keep)
@@ -206,6 +211,8 @@ def _inference_wrapper(compiled, meta: ViewAndMutationMeta, returned: list) -> C
 def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_config: AOTConfig) -> Callable:
     """Joint graph → partition → forward and backward compiled now (the backward again
     on first use if that failed)."""
+    from .tracing import trace_joint
+
     with trace.stage("aot.trace_joint"):
         joint = trace_joint(fn, meta, fake_args, fake_mode, aot_config.decompositions)
     _log_graph("joint", joint, aot_config.aot_id)
@@ -308,6 +315,8 @@ def aot_dispatch_flat(fn: Callable, args: list, aot_config: AOTConfig, example_v
                       cache_key: Optional[str] = None):
     """Dedupe duplicated tensor arguments, fakeify, and compile; returns ``runtime(*args)``.
     ``cache_key``: the AOT autograd cache key of the call (None: not cached)."""
+    from .fakes import make_fake_inputs
+
     keep, source = _dedupe(args)
     if len(keep) != len(args):
         counters["aot_autograd"]["dupe_args"] += 1

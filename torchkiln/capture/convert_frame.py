@@ -17,7 +17,6 @@ from ..exc import BackendCompilerFailed, Unsupported
 from ..shapes.policy import DynamicPolicy
 from . import warm_start
 from .frame import CacheEntry, bind_locals, skip_entry
-from .symbolic_convert import capture_frame
 from .verify import InvalidCode
 
 
@@ -35,6 +34,10 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, backend:
     entry, warm_key = warm_start.lookup(fn, f_locals, backend, fullgraph, dynamic)
     if entry is not None:  # installed from a frame record of an earlier process: no capture
         return entry
+    # imported on the first capture: symbolic_convert pulls in the variable trackers,
+    # ShapeEnv and sympy (~1 s), which a process whose frames come from records never needs
+    from .symbolic_convert import capture_frame
+
     try:
         entry = capture_frame(fn, f_locals, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
                               compile_wrapper=compile_wrapper)

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import inspect
 import re
+import sys
 import types
 import warnings
 import weakref
@@ -38,7 +39,6 @@ from ..utils import trace
 from ..utils.logging import artifact_enabled, get_artifact_logger
 from . import api
 from .convert_frame import convert_frame
-from .symbolic_convert import forget_inlined_breaks
 from .frame import bind_locals
 
 GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
@@ -120,7 +120,9 @@ def reset() -> None:
     for fc in _frame_caches.values():
         fc.clear()
     _context_keys.clear()
-    forget_inlined_breaks()
+    symbolic_convert = sys.modules.get("torchkiln.capture.symbolic_convert")  # not imported: nothing captured
+    if symbolic_convert is not None:
+        symbolic_convert.forget_inlined_breaks()
     reset_counters()
     for hook in list(_reset_hooks):
         hook()

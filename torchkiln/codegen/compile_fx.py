@@ -25,11 +25,6 @@ from ..utils.counters import counters
 from ..utils.logging import get_artifact_logger
 from . import config, fx_graph_cache, metrics
 from .generators import get_generator
-from .graph import GraphLowering
-from .nodes import Buffer, ExternKernel, InputBuffer, MutationBuffer, ReinterpretView
-from .scheduler import Scheduler, finalize
-from .trace_records import trace_graph
-from .wrapper import WrapperCodegen
 
 output_code_log = get_artifact_logger("output_code")
 cache_log = logging.getLogger("torchkiln.cache")
@@ -162,6 +157,8 @@ def _kernel_device(graph, kernels, device: torch.device) -> torch.device:
 
 
 def _needed_outside_kernels(graph, entries) -> set:
+    from .nodes import Buffer, ExternKernel, ReinterpretView
+
     needed = set()
 
     def walk(a):
@@ -300,6 +297,14 @@ def _eager(gm):
 
 
 def _compile(gm, example_inputs, key: str | None = None) -> CompiledGraph:
+    # lowering, scheduling and wrapper codegen are imported by the first compile, not by
+    # ``import``: a warm process loads its graphs from the caches without them (sympy, ~1 s)
+    from .graph import GraphLowering
+    from .nodes import Buffer, ExternKernel
+    from .scheduler import Scheduler, finalize
+    from .trace_records import trace_graph
+    from .wrapper import WrapperCodegen
+
     with trace.stage("codegen.lowering"):
         graph = GraphLowering(gm, example_inputs).run()
     with graph, trace.stage("codegen.scheduling"):  # inner functions run again while scheduling
@@ -342,6 +347,8 @@ def _compile(gm, example_inputs, key: str | None = None) -> CompiledGraph:
 def _launch_errors(graph, generator) -> tuple:
     """The generator's launch-time compile errors that may fall back to eager: none when
     a kernel writes a graph input (a partial run could not be undone, so it raises)."""
+    from .nodes import InputBuffer, MutationBuffer
+
     writes_input = any(isinstance(b, MutationBuffer) and isinstance(b.target, InputBuffer)
                        for b in graph.buffers.values())
     return () if writes_input else generator.launch_errors

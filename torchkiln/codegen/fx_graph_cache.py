@@ -224,7 +224,7 @@ def load(key: str):
 
 def _rebuild(key: str, meta: dict, blobs: dict):
     from .compile_fx import CompiledGraph
-    from .wrapper import base_globals
+    from .wrapper_runtime import base_globals
 
     loader = importlib.import_module(_LOADERS[meta["generator"]]).load_cached_kernels
     kernel_blobs = {k.removeprefix("kernel:"): v for k, v in blobs.items() if k.startswith("kernel:")}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import warnings
 from typing import Callable
 
@@ -34,7 +35,6 @@ from ..capture import compile as _compile
 from ..capture.eval_frame import register_compiled_autograd, register_reset_hook
 from ..config import config
 from . import logs, protocol, state
-from .tracer import AutogradCapture, reset_capture_ids
 
 __all__ = ["enable", "disable", "reset", "compiler_fn_for_backend"]
 
@@ -50,6 +50,8 @@ def enable(compiler_fn: Callable, dynamic: bool = True):
         _warn_once(reason)
         yield
         return
+    from .tracer import AutogradCapture  # here, not at import: it loads ShapeEnv and sympy (~1 s)
+
     verbose = logs.verbose_enabled()  # snapshot, as torch's: turning it on inside has no effect
     prior = protocol.set_compiler(functools.partial(AutogradCapture, compiler_fn, verbose), bool(dynamic))
     if verbose:
@@ -91,7 +93,7 @@ def reset() -> None:
     """Back to a new process's state: compiler off, engine cache empty, capture ids from 0."""
     if state.in_graph:
         raise AssertionError("compiled_autograd.reset() called while a compiled backward runs")
-    reset_capture_ids()
+    _reset_capture_ids()
     if protocol.unverified_reason() is not None:  # the engine never got our compiler
         return
     protocol.set_compiler(None, False)
@@ -103,7 +105,13 @@ def _clear_cache() -> None:
     """``torchkiln.reset()``'s part: the engine's cache (an active ``enable`` stays on)."""
     if not state.in_graph and protocol.unverified_reason() is None:
         protocol.clear_cache()
-        reset_capture_ids()
+        _reset_capture_ids()
+
+
+def _reset_capture_ids() -> None:
+    tracer = sys.modules.get(__name__ + ".tracer")  # not imported yet: no capture ids handed out
+    if tracer is not None:
+        tracer.reset_capture_ids()
 
 
 def compiler_fn_for_backend(backend, *, fullgraph: bool = False, dynamic: bool | None = True) -> Callable:

@@ -17,7 +17,11 @@ from __future__ import annotations
 import torch.distributed as _dist
 
 if _dist.is_available():
-    from . import collectives as _collectives  # noqa: F401  (registers its capture handlers)
+    from wrapt import register_post_import_hook as _after_import
+
+    # the collectives' handlers are registered when capture's interpreter is first imported
+    # (a process whose frames all come from warm-start records never imports it: ~1 s)
+    _after_import(lambda _: __import__(__name__ + ".collectives"), "torchkiln.capture.symbolic_convert")
     from .ddp import install as _install_ddp
     from .fsdp import install as _install_fsdp
 

@@ -32,7 +32,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..capture.api import skip_code
 from ..capture.optimized_module import OptimizedModule, register_forward_override
-from ..capture.output_graph import register_backend_wrapper
 
 # ddp module -> {context: OptimizedModule of ddp.module}
 _compiled_modules: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -121,6 +120,10 @@ def _wrap_backend_for_ddp(backend):
 
 def install() -> None:
     """Register the DDP forward override and the bucket-splitting backend wrapper with capture."""
+    from wrapt import register_post_import_hook
+
     register_forward_override(DistributedDataParallel, ddp_forward)
     skip_code(run_ddp_forward.__code__, "DistributedDataParallel.forward runs natively (its module is compiled)")
-    register_backend_wrapper(_wrap_backend_for_ddp)
+    # when capture's graph builder is first imported (not at ``import torchkiln``: it loads ShapeEnv)
+    register_post_import_hook(lambda output_graph: output_graph.register_backend_wrapper(_wrap_backend_for_ddp),
+                              "torchkiln.capture.output_graph")

@@ -11,13 +11,22 @@ import torch
 from ...cache.entry import CorruptEntry
 from ...cache.store import touch, write_atomic
 from ...utils.paths import cache_dir
-from .. import bounds, config
+from .. import config
 from ..generators import KernelGenerator
-from ..ir import is_float_symbol
 from . import vecmath
 from .build import start_build
-from .kernel import render_kernel
 from .prelude import PRELUDE
+
+
+def __getattr__(name: str):
+    """``render_kernel`` is imported with the first compile (PEP 562): the kernel renderer
+    loads sympy (~1 s), which loading a cached library does not need."""
+    if name == "render_kernel":
+        from .kernel import render_kernel
+
+        globals()[name] = render_kernel
+        return render_kernel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class CppGenerator(KernelGenerator):
@@ -38,10 +47,11 @@ class CppGenerator(KernelGenerator):
     def start_compile(self, kernels: list) -> "PendingKernels":
         """Render the translation unit and start its build; returns at once (see
         :class:`PendingKernels`).  A cached library is loaded before returning."""
+        render = globals().get("render_kernel") or __getattr__("render_kernel")  # tests patch it
         parts = [vecmath.declarations()[0], PRELUDE]
         for k in kernels:
             sites = []
-            parts.append(render_kernel(k, sites))
+            parts.append(render(k, sites))
             if sites:
                 self._sites[k.name] = sites
         self._source = "\n\n".join(parts) + "\n"
@@ -65,7 +75,11 @@ class CppGenerator(KernelGenerator):
 def _kinds(k) -> str:
     """A kernel's size arguments as ``"i"`` (int64) / ``"f"`` (double, a SymFloat) letters."""
     kinds = getattr(k, "kinds", None)
-    return kinds if kinds is not None else "".join("f" if is_float_symbol(s) else "i" for s in k.size_args)
+    if kinds is not None:  # a kernel loaded from the cache
+        return kinds
+    from ..ir import is_float_symbol
+
+    return "".join("f" if is_float_symbol(s) else "i" for s in k.size_args)
 
 
 def _bind(lib, kernels: list, sites: dict) -> dict:
@@ -86,6 +100,8 @@ def _bind(lib, kernels: list, sites: dict) -> dict:
             info = (ctypes.c_int64 * 3)()
             getter(info)
             op, dim = sites[name][info[0]]
+            from .. import bounds
+
             raise bounds.index_error(op, dim, info[1], info[2])
 
         out["_kiln_index_error"] = index_error

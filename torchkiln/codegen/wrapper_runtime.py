@@ -1,0 +1,36 @@
+"""What a generated wrapper calls at run time: its base globals (kernels and constants
+are added per graph).  Kept apart from ``wrapper.py`` (the code generator, which loads
+sympy) so that a graph loaded from the FX graph cache runs without the generator."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _reinterpret(base, size, stride, offset):
+    return base.as_strided(size, stride, base.storage_offset() + offset)
+
+
+def _restride(t, size, stride):
+    """``t``'s values in a new tensor with ``stride`` (sizes of one dim ignore strides)."""
+    if all(n == 1 or a == b for n, a, b in zip(size, t.stride(), stride)) or t.numel() == 0:
+        return t
+    if not any(a == 0 and n > 1 for n, a in zip(size, stride)):
+        return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
+    # an expanded layout (stride 0): write one element per broadcast dim, copy_ would refuse
+    extent = 1 + sum((n - 1) * a for n, a in zip(size, stride))
+    out = torch.empty(extent, dtype=t.dtype, device=t.device).as_strided(size, stride)
+    dst, src = out, t
+    for d, (n, a) in enumerate(zip(size, stride)):
+        if a == 0 and n > 1:
+            dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+    dst.copy_(src)
+    return out
+
+
+def base_globals() -> dict:
+    """The globals every wrapper starts from (kernels and constants are added per graph)."""
+    return {"torch": torch, "math": math, "empty_strided": torch.empty_strided,
+            "reinterpret": _reinterpret, "restride": _restride,
+            "_kiln_record": torch.profiler.record_function}
