@@ -185,3 +185,20 @@ def test_an_unsaved_graph_stays_findable_until_its_entry_is_written():
     g2 = Graph()
     fx_graph_cache.remember("fxunsaved", g2)  # already written: only while alive
     assert fx_graph_cache.live("fxunsaved") is g2
+
+
+def test_torch_closures_published_by_name_have_a_stable_name():
+    """``F.max_pool2d`` is ``boolean_dispatch.<locals>.fn``: named by where torch publishes
+    it (the torch version is in the key); a local function of the user's has no name."""
+    import torch.nn.functional as F
+
+    from torchkiln.cache.keys import BypassCache, callable_name
+
+    assert callable_name(F.max_pool2d) == "torch.nn.functional.max_pool2d"
+    assert callable_name(F.max_pool2d) != callable_name(F.max_pool1d)
+
+    def local(x):
+        return x
+
+    with pytest.raises(BypassCache):
+        callable_name(local)

@@ -12,7 +12,7 @@ import torch.utils._pytree as pytree
 from . import autograd_cache
 from .analysis import run_analysis
 from .config import config
-from .dispatch import AOTConfig, _load_runtime, aot_dispatch_flat
+from .dispatch import AOTConfig, _load_runtime, _mutated_input_aliases_another, aot_dispatch_flat
 # fakes, tracing and ShapeEnv (sympy: ~1 s) are imported where a graph is traced:
 # ``load_compiled`` (a warm start) needs none of them
 
@@ -178,16 +178,28 @@ def load_compiled(cache_key: str, *, fw_compiler: Callable, bw_compiler: Optiona
     """What ``aot_module_simplified`` returned when it compiled (or loaded) the AOT
     autograd cache entry ``cache_key``, rebuilt from that entry alone: no graph, no
     tracing.  None (a miss, counted) when the entry or one of its FX graphs is gone or
-    the entry mutates inputs (its eager fallback for aliased inputs needs the graph)."""
+    it is gone.  When the graph mutates inputs, ``forward.unsafe_call(args)`` says whether
+    a mutated input shares storage with another one (``f(x, x[0])``), which the graph
+    cannot run (``aot_dispatch_flat`` runs such a call eagerly, from the graph this
+    runtime does not have): the caller must guard on it; ``forward`` raises instead of
+    computing a wrong result when it is not."""
     aot_config = AOTConfig(fw_compiler, bw_compiler, _loaded_runtimes_do_not_partition, None, 0, False,
                            inference_compiler, False)
     runtime = _load_runtime(cache_key, aot_config)
-    if runtime is None or runtime.meta.mutated_inputs:
+    if runtime is None:
         return None
+    mutated = [i for i, info in enumerate(runtime.meta.inputs) if info.mutated]
+
+    def unsafe_call(args) -> bool:
+        return bool(mutated) and _mutated_input_aliases_another(list(args), mutated)
 
     def forward(*args):
+        if mutated and unsafe_call(args):
+            raise RuntimeError("a mutated graph input shares storage with another input; the caller of "
+                               "load_compiled must guard on forward.unsafe_call")
         return tuple(runtime(*args))
 
+    forward.unsafe_call = unsafe_call if mutated else None
     forward.aot_cache_key = cache_key
     return forward
 

@@ -112,6 +112,8 @@ def create_aot_dispatcher(fn: Callable, fake_args: list, fake_mode, aot_config: 
         return runtime(*args)
 
     checked_runtime.meta = runtime.meta
+    if hasattr(runtime, "cache_key"):  # capture's warm start reloads it (load_compiled guards on aliasing)
+        checked_runtime.cache_key = runtime.cache_key
     return checked_runtime
 
 

@@ -140,6 +140,13 @@ def callable_name(fn) -> str:
     if not qualname or module is None:
         raise BypassCache(f"cannot name callable {fn!r}")
     if "<lambda>" in qualname or "<locals>" in qualname:
+        name = getattr(fn, "__name__", None)
+        if (module.split(".")[0] == "torch" and isinstance(name, str) and name.isidentifier()
+                and getattr(sys.modules.get(module), name, None) is fn):
+            # torch's own closures published under a module name (``F.max_pool2d`` is
+            # ``boolean_dispatch.<locals>.fn``): what they close over is torch's source,
+            # which the key's torch version covers
+            return f"{module}.{name}"
         raise BypassCache(f"callable {module}.{qualname} has no stable name (a lambda or a local function)")
     return f"{module}.{qualname}"
 

@@ -50,6 +50,7 @@ import os
 import re
 import sys
 import types
+import weakref
 
 import torch
 
@@ -237,8 +238,16 @@ _METHODS = frozenset({"dim", "size", "stride", "storage_offset", "keys", "is_con
 _NODES = (ast.Expression, ast.Name, ast.Load, ast.Attribute, ast.Subscript, ast.Constant, ast.Compare, ast.BoolOp,
           ast.UnaryOp, ast.Tuple, ast.List, ast.Set, ast.Call, ast.Slice, ast.And, ast.Or, ast.Not, ast.USub,
           ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+def _deref(ref):
+    """A weak reference's target (``nn.LSTM._flat_weight_refs[i]()`` in capture's guards);
+    a record calls nothing else without a name the grammar allows."""
+    if type(ref) is not weakref.ref:
+        raise TypeError(f"not a weak reference: {type(ref).__name__}")
+    return ref()
+
+
 _FIXED_ENV = {"___Tensor": torch.Tensor, "___inf": math.inf, "___is_grad_enabled": torch.is_grad_enabled,
-              "___Size": torch.Size}
+              "___Size": torch.Size, "___deref": _deref}
 
 
 def check_expr(text: str) -> set[str]:
@@ -281,7 +290,8 @@ def check_exprs(texts: list) -> set[str]:
             raise NotRecordable(f"the attribute {node.attr!r} in {text[:80]}")
         elif isinstance(node, ast.Call):
             f = node.func
-            if not ((isinstance(f, ast.Name) and f.id in _BUILTINS | {"___global_state", "___is_grad_enabled", "___Size"})
+            if not ((isinstance(f, ast.Name) and f.id in _BUILTINS | {"___global_state", "___is_grad_enabled", "___Size",
+                                                                       "___deref"})
                     or (isinstance(f, ast.Attribute) and f.attr in _METHODS)) or node.keywords:
                 raise NotRecordable(f"a call records cannot express: {text[:80]}")
     return names
@@ -307,13 +317,17 @@ class _RecordGuard:
     (:meth:`GuardBuilder.build`); the per-part functions that only failure reasons
     need are made on first use.  Same interface as :class:`~.guards.Guard`."""
 
-    def __init__(self, env: dict, parts: list) -> None:
+    def __init__(self, env: dict, parts: list, unsafe=None) -> None:
         from .guards import _guard_source
 
-        self._env, self._codes, self._full = env, parts, None
+        self._env, self._codes, self._full, self._unsafe = env, parts, None, unsafe
         self.source_text = _guard_source([code for code, _ in parts])
         exec(compile(self.source_text, "<torchkiln guard>", "exec"), env)  # noqa: S102 - checked parts
-        self.check = env.pop("___guard")
+        check = env.pop("___guard")
+        if unsafe is not None:  # ``unsafe(L)``: a call the loaded graph cannot run (load_compiled)
+            self.check = lambda L: check(L) and not unsafe(L)
+        else:
+            self.check = check
 
     def _guard(self):
         if self._full is None:
@@ -330,7 +344,10 @@ class _RecordGuard:
         return self._guard().code_parts
 
     def failure_reason(self, f_locals):
-        return self._guard().failure_reason(f_locals)
+        reason = self._guard().failure_reason(f_locals)
+        if reason is None and self._unsafe is not None and self._unsafe(f_locals):
+            return "a mutated graph input shares storage with another input"
+        return reason
 
     def size_failures(self, f_locals):
         return self._guard().size_failures(f_locals)
@@ -374,9 +391,10 @@ def describe(tx, cg, compiled, side, result_vt):
         names: dict = {}
         parts = []
         for p in g.parts:
-            _describe_names(check_expr(p.code), g.env, "___c", names)
-            parts.append([p.code, list(p.size_of) if p.size_of is not None else None])
-        inputs = [i.source for i in out.inputs]
+            code = _deref_calls(p.code)
+            _describe_names(check_expr(code), g.env, "___c", names)
+            parts.append([code, list(p.size_of) if p.size_of is not None else None])
+        inputs = [_deref_calls(i.source) for i in out.inputs]
         for s in inputs:
             _describe_names(check_expr(s), g.env, "___c", names)
         consts: dict = {}
@@ -391,6 +409,24 @@ def describe(tx, cg, compiled, side, result_vt):
         return f"{type(e).__name__}: {e}"
     return {"aot_key": aot_key, "guards": parts, "inputs": inputs, "result": result, "names": names,
             "inlined": inlined}
+
+
+class _DerefCalls(ast.NodeTransformer):
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        if (not node.args and not node.keywords and isinstance(f, ast.Subscript)
+                and isinstance(f.value, ast.Attribute) and f.value.attr == "_flat_weight_refs"):
+            return ast.Call(ast.Name("___deref", ast.Load()), [f], [])
+        return node
+
+
+def _deref_calls(code: str) -> str:
+    """``X._flat_weight_refs[i]()`` (a call of a weak reference, which the grammar has no
+    form for) as ``___deref(X._flat_weight_refs[i])``, which calls weak references only."""
+    if "_flat_weight_refs[" not in code:
+        return code
+    return ast.unparse(_DerefCalls().visit(ast.parse(code, mode="eval")))
 
 
 def _result_expr(cg, vt, consts: dict, seen: set) -> str:
@@ -576,10 +612,27 @@ def _install(fn, f_locals, rec: dict, protocol) -> CacheEntry:
     compiled = protocol.load(rec["aot_key"])
     if compiled is None:
         raise _Bypass("graph not in the cache")
+    unsafe_call = getattr(compiled, "unsafe_call", None)
+    if unsafe_call is not None:  # the graph mutates inputs: aliased ones make the guard fail
+        inputs_of = _inputs_function(rec["inputs"], env)
+        guard = _RecordGuard(env, rec["guards"], unsafe=lambda L: unsafe_call(inputs_of(L)))
+        if not guard.check(f_locals):
+            raise _Bypass(f"guard failed: {guard.failure_reason(f_locals)}")
     run = _run_function(compiled, rec["inputs"], rec["result"], env)
     entry = CacheEntry(guard=guard, fn=lambda *args, **kwargs: run(bind_locals(fn, args, kwargs)), run=run)
     entry.warm = rec
     return entry
+
+
+def _inputs_function(inputs: list, env: dict):
+    """``___inputs(L)``: the graph inputs, read from the frame's locals by their sources."""
+    hoisted = hoist_shared_prefixes(inputs)
+    lines = ["def ___inputs(L):"]
+    lines += ["    " + line for setup, _ in hoisted for line in setup]
+    lines.append("    return (" + "".join(code + ", " for _, code in hoisted) + ")")
+    namespace = dict(env)
+    exec(compile("\n".join(lines) + "\n", "<torchkiln warm start>", "exec"), namespace)  # noqa: S102 - checked
+    return namespace["___inputs"]
 
 
 def _run_function(compiled, inputs: list, result: str, env: dict):
