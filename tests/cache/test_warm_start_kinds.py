@@ -1,0 +1,41 @@
+"""Warm start for more frame kinds (capture/warm_start.py): a graph that mutates its
+inputs (BatchNorm training), LSTM guards on weak references, a torch closure named by
+where torch publishes it.  Two subprocesses (cold, then warm); each kind is checked
+against eager, hits without capture when nothing changed, and captures again when a
+guard fails, including a mutated input that aliases another one (which the loaded
+graph could not run)."""
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(phase):
+    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "tests.cache._warm_kinds_worker", phase], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_more_frame_kinds_load_from_records(fresh_cache):
+    cold = _run("cold")
+    assert cold["ok"], cold
+    for name, f in cold["frames"].items():
+        assert f["captured"] >= 1 and f["saved"] == 1 and f["not_recordable"] == 0, (name, f)
+
+    warm = _run("warm")
+    assert warm["ok"], warm  # every result (and BatchNorm's statistics and gradients) equals eager's
+    frames = warm["frames"]
+    for name in ("bn_step", "lstm_same", "pooled"):
+        assert frames[name]["hit"] == 1 and frames[name]["captured"] == 0, (name, frames[name])
+    # another sequence length: the record is not used (a size guard, then automatic dynamic's
+    # other key); the frame goes through capture, with eager's result
+    other = frames["lstm_call"]
+    assert other["hit"] == 0 and other["miss"] + other["bypass"] >= 1, other
+    # the mutated input is a view of the other input: the loaded graph cannot run it
+    alias = frames["add_to_buffer"]
+    assert alias["captured"] >= 1 and alias["hit"] == 0, alias
+    assert any("shares storage with another input" in line for line in alias["log"]), alias
