@@ -40,6 +40,38 @@ def pooled(x):  # F.max_pool2d is torch's ``boolean_dispatch.<locals>.fn``
     return F.max_pool2d(x, 2).relu()
 
 
+class _State:  # transformers' CompileableContextVar resets attributes like these after a forward
+    done = False
+    tag = None
+
+
+STATE = _State()
+
+
+def store_after(x):  # side effects replayed after the graph: constant attribute stores
+    y = x.sin() * 2.0
+    STATE.done = True
+    STATE.tag = "stored"
+    return y
+
+
+def model_output(x):  # a transformers ModelOutput built in the frame (skipped without transformers)
+    return _Output(logits=x.tanh(), hidden=(x * 2.0,))
+
+
+try:
+    import dataclasses
+
+    from transformers.utils import ModelOutput
+
+    @dataclasses.dataclass
+    class _Output(ModelOutput):
+        logits: torch.Tensor = None
+        hidden: tuple = None
+except ImportError:
+    _Output = None
+
+
 def _cases(phase):
     torch.manual_seed(0)
     bn = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).train()
@@ -50,12 +82,16 @@ def _cases(phase):
     seq = torch.randn(3, 2, 6) if phase == "cold" else torch.randn(4, 2, 6)  # warm: another length, after lstm_same
     return {"bn_step": (bn_step, (bn, img)), "add_to_buffer": (add_to_buffer, (base, buf)),
             "lstm_same": (lstm_call, (lstm, torch.randn(3, 2, 6))), "lstm_call": (lstm_call, (lstm, seq)),
-            "pooled": (pooled, (img,))}
+            "pooled": (pooled, (img,)), "store_after": (store_after, (base,)),
+            "store_other": (store_after, (base.double(),)),  # warm: after store_after; another dtype
+            **({"model_output": (model_output, (base,))} if _Output else {})}
 
 
 def _same(a, b):
     if isinstance(a, torch.Tensor):
         return torch.allclose(a, b, atol=1e-5)
+    if isinstance(a, dict):
+        return type(a) is type(b) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
     return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
 
 
@@ -66,15 +102,19 @@ def main() -> int:
     logging.getLogger("torchkiln.cache").setLevel(logging.INFO)
     report, ok = {}, True
     for name, (fn, args) in _cases(phase).items():
-        if name == "lstm_same" and phase == "cold":
+        if name in ("lstm_same", "store_other") and phase == "cold":
             continue
+        STATE.done, STATE.tag = False, None
         eager_args = copy.deepcopy(args)
         before = {k: dict(v) for k, v in counters.items()}
         del lines.lines[:]
         with torch.no_grad() if name.startswith("lstm") else torch.enable_grad():
             out = torchkiln.compile(fn)(*args)
+            stored = (STATE.done, STATE.tag)
+            STATE.done, STATE.tag = False, None
             ref = fn(*eager_args)
-        good = _same(out, ref) and all(_same(a, b) for a, b in zip(args, eager_args)
+        good = stored == (STATE.done, STATE.tag)
+        good = good and _same(out, ref) and all(_same(a, b) for a, b in zip(args, eager_args)
                                        if isinstance(a, torch.Tensor))
         if name == "bn_step":  # the running statistics and the gradients too
             good = good and _same(list(args[0].buffers()), list(eager_args[0].buffers()))

@@ -1,6 +1,7 @@
 """Warm start for more frame kinds (capture/warm_start.py): a graph that mutates its
 inputs (BatchNorm training), LSTM guards on weak references, a torch closure named by
-where torch publishes it.  Two subprocesses (cold, then warm); each kind is checked
+where torch publishes it, attribute stores replayed after the graph, a transformers
+ModelOutput result; a guard on a local function's code object (in process).  Two subprocesses (cold, then warm); each kind is checked
 against eager, hits without capture when nothing changed, and captures again when a
 guard fails, including a mutated input that aliases another one (which the loaded
 graph could not run)."""
@@ -29,7 +30,9 @@ def test_more_frame_kinds_load_from_records(fresh_cache):
     warm = _run("warm")
     assert warm["ok"], warm  # every result (and BatchNorm's statistics and gradients) equals eager's
     frames = warm["frames"]
-    for name in ("bn_step", "lstm_same", "pooled"):
+    for name in ("bn_step", "lstm_same", "pooled", "store_after", "model_output"):
+        if name not in frames:  # model_output needs transformers
+            continue
         assert frames[name]["hit"] == 1 and frames[name]["captured"] == 0, (name, frames[name])
     # another sequence length: the record is not used (a size guard, then automatic dynamic's
     # other key); the frame goes through capture, with eager's result
@@ -39,3 +42,30 @@ def test_more_frame_kinds_load_from_records(fresh_cache):
     alias = frames["add_to_buffer"]
     assert alias["captured"] >= 1 and alias["hit"] == 0, alias
     assert any("shares storage with another input" in line for line in alias["log"]), alias
+    # the side-effect frame with another dtype: its guard fails, capture runs (and stores)
+    assert frames["store_other"]["hit"] == 0 and frames["store_other"]["bypass"] == 1, frames["store_other"]
+
+
+def make_scaler(k):
+    def scale(x):
+        return x * k
+    return scale
+
+
+def test_local_function_code_is_named_through_its_outer_function():
+    """A local function's code object (guarded by identity, e.g. torch.compiler.disable's
+    ``_fn``) is described by its named outer function and the path to it; a changed
+    digest is a bypass, never another code object."""
+    from torchkiln.capture import warm_start
+
+    code = make_scaler(2.0).__code__
+    desc = warm_start.encode(code)
+    assert desc[0] == "nested_code" and desc[2] == "make_scaler"
+    assert warm_start.decode(json.loads(json.dumps(desc))) is code
+    desc[4] = "0" * 64
+    try:
+        warm_start.decode(desc)
+    except warm_start._Bypass as e:
+        assert "changed source" in str(e)
+    else:
+        raise AssertionError("a changed digest was accepted")

@@ -61,7 +61,7 @@ from .source import hoist_shared_prefixes
 
 log = logging.getLogger("torchkiln.cache")
 NAMESPACE = "frames"
-FORMAT = 2
+FORMAT = 3
 MAX_RECORDS = 8  # per frame key (recompiles for other shapes, dtypes...)
 
 _captured: set[str] = set()  # frame keys captured in this process: their records are not used here
@@ -132,6 +132,32 @@ def _resolve(module: str, qualname: str):
     return obj
 
 
+_MAX_WRAPPED = 3
+
+
+def _const_path(code, target, depth: int = 0):
+    """Indices into nested ``co_consts`` from ``code`` to the code object ``target`` (a
+    local function's code is one object, shared by every closure made from it)."""
+    if not isinstance(code, types.CodeType):
+        return None
+    for i, c in enumerate(code.co_consts):
+        if c is target:
+            return [i]
+        if isinstance(c, types.CodeType) and depth < 3:
+            path = _const_path(c, target, depth + 1)
+            if path is not None:
+                return [i] + path
+    return None
+
+
+def _unwrapped(obj, depth: int):
+    """``obj.__wrapped__`` ``depth`` times (a decorated method's own code: transformers'
+    ``@check_model_inputs`` forwards); _MISSING where the chain is shorter."""
+    for _ in range(depth):
+        obj = getattr(obj, "__wrapped__", _MISSING) if obj is not _MISSING else _MISSING
+    return obj
+
+
 def _code_of(obj):
     if isinstance(obj, property):
         obj = obj.fget
@@ -193,8 +219,15 @@ def encode(v) -> list:
             return ["module", v.__name__]
     elif isinstance(v, types.CodeType):
         module = _module_of_code(v)
-        if module is not None and _code_of(_resolve(module, v.co_qualname)) is v:
-            return ["code", module, v.co_qualname, code_digest(v)]
+        if module is not None:
+            for depth in range(_MAX_WRAPPED + 1):
+                if _code_of(_unwrapped(_resolve(module, v.co_qualname), depth)) is v:
+                    return ["code", module, v.co_qualname, code_digest(v)] + ([depth] if depth else [])
+            if ".<locals>." in v.co_qualname:  # a local function's code: found in its named outer function's
+                outer = v.co_qualname.rsplit(".<locals>.", 1)[0]
+                path = _const_path(_code_of(_resolve(module, outer)), v)
+                if path is not None:
+                    return ["nested_code", module, outer, path, code_digest(v)]
     else:
         module, qualname = getattr(v, "__module__", None), getattr(v, "__qualname__", None)
         if isinstance(module, str) and isinstance(qualname, str) and _resolve(module, qualname) is v:
@@ -220,10 +253,23 @@ def decode(d: list):
         if d[1] in sys.modules:
             return sys.modules[d[1]]
     elif kind == "code":
-        code = _code_of(_resolve(d[1], d[2]))
+        depth = d[4] if len(d) > 4 else 0
+        if type(depth) is not int or not 0 <= depth <= _MAX_WRAPPED:
+            raise _Bypass(f"damaged record: a code depth {depth!r}")
+        code = _code_of(_unwrapped(_resolve(d[1], d[2]), depth))
         if isinstance(code, types.CodeType) and code_digest(code) == d[3]:
             return code
         raise _Bypass(f"changed source: {d[1]}.{d[2]}")
+    elif kind == "nested_code":
+        code = _code_of(_resolve(d[1], d[2]))
+        for i in d[3]:
+            if not isinstance(code, types.CodeType) or type(i) is not int or not 0 <= i < len(code.co_consts):
+                code = None
+                break
+            code = code.co_consts[i]
+        if isinstance(code, types.CodeType) and code_digest(code) == d[4]:
+            return code
+        raise _Bypass(f"changed source: {d[1]}.{d[2]} (a local function)")
     elif kind == "obj":
         v = _resolve(d[1], d[2])
         if v is not _MISSING:
@@ -236,6 +282,7 @@ _BUILTINS = frozenset({"type", "len", "id", "list", "tuple", "hasattr", "getattr
                        "bool", "str", "bytes", "complex", "dict", "set", "frozenset", "slice", "range", "object"})
 _METHODS = frozenset({"dim", "size", "stride", "storage_offset", "keys", "is_contiguous"})
 _NODES = (ast.Expression, ast.Name, ast.Load, ast.Attribute, ast.Subscript, ast.Constant, ast.Compare, ast.BoolOp,
+          ast.keyword,
           ast.UnaryOp, ast.Tuple, ast.List, ast.Set, ast.Call, ast.Slice, ast.And, ast.Or, ast.Not, ast.USub,
           ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 def _deref(ref):
@@ -290,6 +337,10 @@ def check_exprs(texts: list) -> set[str]:
             raise NotRecordable(f"the attribute {node.attr!r} in {text[:80]}")
         elif isinstance(node, ast.Call):
             f = node.func
+            if isinstance(f, ast.Name) and f.id.startswith("___m"):  # a ModelOutput class (checked when loaded)
+                if node.args or any(k.arg is None for k in node.keywords):
+                    raise NotRecordable(f"a ModelOutput built other than by field names: {text[:80]}")
+                continue
             if not ((isinstance(f, ast.Name) and f.id in _BUILTINS | {"___global_state", "___is_grad_enabled", "___Size",
                                                                        "___deref"})
                     or (isinstance(f, ast.Attribute) and f.attr in _METHODS)) or node.keywords:
@@ -381,8 +432,6 @@ def describe(tx, cg, compiled, side, result_vt):
     aot_key = getattr(compiled, "aot_cache_key", None)
     if not isinstance(aot_key, str):
         return "the compiled graph is not in the AOT autograd cache"
-    if side is not None:
-        return "side effects or a grad-mode change to replay"
     out = tx.output
     if out.symbol_sources:
         return "symbolic sizes"
@@ -399,16 +448,57 @@ def describe(tx, cg, compiled, side, result_vt):
             _describe_names(check_expr(s), g.env, "___c", names)
         consts: dict = {}
         result = _result_expr(cg, result_vt, consts, set())
+        stores = _describe_side_effects(tx, consts) if side is not None else []
         for name, value in consts.items():
             g.env[name] = value
         _describe_names(check_expr(result), g.env, "___", names)
+        for target, _, value_name in stores:
+            _describe_names(check_expr(target) | {value_name}, g.env, "___", names)
         inlined = _describe_inlined(tx.fn.__code__, getattr(out, "inlined", ()))
     except NotRecordable as e:
         return str(e)
     except Exception as e:  # noqa: BLE001 - describing must never break a capture
         return f"{type(e).__name__}: {e}"
     return {"aot_key": aot_key, "guards": parts, "inputs": inputs, "result": result, "names": names,
-            "inlined": inlined}
+            "inlined": inlined, "stores": stores}
+
+
+def _describe_side_effects(tx, consts: dict) -> list:
+    """The frame's side effects as ``[target source, attribute, constant name]`` stores
+    (transformers' ``CompileableContextVar`` resets: ``obj.global_var = None``); raises
+    NotRecordable for any other kind (globals, cells, container contents, computed
+    values, a grad mode left changed)."""
+    from .variables.base import ConstantVariable
+
+    if tx.leave_grad != tx.initial_grad:
+        raise NotRecordable("a grad-mode change to replay")
+    effects = tx.output.side_effects
+    stores = []
+    for op in effects.ops:
+        if op[0] != "attr":
+            raise NotRecordable(f"a side effect to replay ({op[0]})")
+        obj_vt, attr = op[1], op[2]
+        value_vt = effects.attr_values[(id(obj_vt), attr)][1]
+        target = getattr(obj_vt, "source", None)
+        if not isinstance(target, str) or not _plain_attr(attr):
+            raise NotRecordable(f"a side effect on an object without a source ({attr})")
+        if type(value_vt) is not ConstantVariable:
+            raise NotRecordable(f"a side effect storing a computed value ({attr})")
+        encode(value_vt.value)
+        name = f"___s{len(consts)}"
+        consts[name] = value_vt.value
+        stores.append([target, attr, name])
+    return stores
+
+
+def _plain_attr(name) -> bool:
+    return isinstance(name, str) and name.isidentifier() and not name.startswith("__")
+
+
+def _is_model_output(cls) -> bool:
+    """``cls`` is a transformers ``ModelOutput`` (the one class a record may call)."""
+    base = getattr(sys.modules.get("transformers.utils.generic"), "ModelOutput", None)
+    return isinstance(cls, type) and base is not None and issubclass(cls, base)
 
 
 class _DerefCalls(ast.NodeTransformer):
@@ -463,6 +553,19 @@ def _result_expr(cg, vt, consts: dict, seen: set) -> str:
             return "[" + ", ".join(items) + "]"
         text = "(" + "".join(i + ", " for i in items) + ")"
         return f"___Size({text})" if cls is SizeVariable else text
+    if cls.__name__ == "ModelOutputVariable" and _is_model_output(vt.cls):
+        if vt.source is not None:
+            return vt.source
+        if id(vt) in seen:
+            raise NotRecordable("one ModelOutput twice in the result")
+        seen.add(id(vt))
+        encode(vt.cls)
+        name = f"___m{len(consts)}"
+        consts[name] = vt.cls
+        fields = [f"{k}={_result_expr(cg, v, consts, seen)}" for k, v in vt.fields.items()]
+        if not all(_plain_attr(k) for k in vt.fields):
+            raise NotRecordable("a ModelOutput field name records cannot hold")
+        return f"{name}(" + ", ".join(fields) + ")"
     raise NotRecordable(f"a {cls.__name__} in the frame's result")
 
 
@@ -491,10 +594,13 @@ def _describe_inlined(root: types.CodeType, inlined) -> list:
         module = f_globals.get("__name__") if isinstance(f_globals, dict) else None
         if isinstance(module, str) and module.split(".")[0] == "torchkiln":
             continue  # polyfills: covered by the torchkiln version
-        fn = _resolve(module, code.co_qualname) if isinstance(module, str) else _MISSING
-        if _code_of(fn) is code:
-            located.append([module, code.co_qualname, code_digest(code), _defaults(fn)])
-            _nested(code, covered)
+        named = _resolve(module, code.co_qualname) if isinstance(module, str) else _MISSING
+        for depth in range(_MAX_WRAPPED + 1):  # a decorated method: its own code is __wrapped__'s
+            fn = _unwrapped(named, depth)
+            if _code_of(fn) is code:
+                located.append([module, code.co_qualname, code_digest(code), _defaults(fn), depth])
+                _nested(code, covered)
+                break
         else:
             unlocated.append(code)
     for code in unlocated:
@@ -585,8 +691,10 @@ def lookup(fn: types.FunctionType, f_locals: dict, backend, fullgraph: bool, dyn
 def _install(fn, f_locals, rec: dict, protocol) -> CacheEntry:
     from .guards import global_state
 
-    for module, qualname, digest, defaults in rec["inlined"]:
-        fn_ = _resolve(module, qualname)
+    for module, qualname, digest, defaults, depth in rec["inlined"]:
+        if type(depth) is not int or not 0 <= depth <= _MAX_WRAPPED:
+            raise NotRecordable(f"damaged record: a wrapper depth {depth!r}")
+        fn_ = _unwrapped(_resolve(module, qualname), depth)
         code = _code_of(fn_)
         if not isinstance(code, types.CodeType) or code_digest(code) != digest:
             raise _Bypass(f"changed source: inlined {module}.{qualname}")
@@ -605,7 +713,15 @@ def _install(fn, f_locals, rec: dict, protocol) -> CacheEntry:
             env[name] = mod.__dict__
         else:
             env[name] = decode(d)
-    check_exprs([code for code, _ in rec["guards"]] + list(rec["inputs"]) + [rec["result"]])
+        if name.startswith("___m") and not _is_model_output(env[name]):
+            raise NotRecordable(f"{name} is not a ModelOutput class")
+    stores = rec["stores"]
+    for store in stores:
+        if not (isinstance(store, list) and len(store) == 3 and _plain_attr(store[1])
+                and isinstance(store[2], str) and store[2].startswith("___s") and store[2] in env):
+            raise NotRecordable(f"a side effect records cannot hold: {str(store)[:80]}")
+    check_exprs([code for code, _ in rec["guards"]] + list(rec["inputs"]) + [rec["result"]]
+                + [store[0] for store in stores])
     guard = _RecordGuard(env, rec["guards"])
     if not guard.check(f_locals):
         raise _Bypass(f"guard failed: {guard.failure_reason(f_locals)}")
@@ -618,7 +734,7 @@ def _install(fn, f_locals, rec: dict, protocol) -> CacheEntry:
         guard = _RecordGuard(env, rec["guards"], unsafe=lambda L: unsafe_call(inputs_of(L)))
         if not guard.check(f_locals):
             raise _Bypass(f"guard failed: {guard.failure_reason(f_locals)}")
-    run = _run_function(compiled, rec["inputs"], rec["result"], env)
+    run = _run_function(compiled, rec["inputs"], rec["result"], env, stores)
     entry = CacheEntry(guard=guard, fn=lambda *args, **kwargs: run(bind_locals(fn, args, kwargs)), run=run)
     entry.warm = rec
     return entry
@@ -635,13 +751,21 @@ def _inputs_function(inputs: list, env: dict):
     return namespace["___inputs"]
 
 
-def _run_function(compiled, inputs: list, result: str, env: dict):
+def _run_function(compiled, inputs: list, result: str, env: dict, stores: list = ()):
+    """``___run(L)``: the graph on the inputs, the result built from its outputs, then the
+    side effects replayed (constants stored; the result reads no source they change:
+    capture reads every source before replaying, so the result is built first here)."""
     hoisted = hoist_shared_prefixes(inputs)
     lines = ["def ___run(L):"]
     lines += ["    " + line for setup, _ in hoisted for line in setup]
     lines.append("    ___o = ___compiled(" + "".join(code + ", " for _, code in hoisted) + ")")
-    lines.append(f"    return {result}")
-    namespace = dict(env, ___compiled=compiled)
+    if stores:
+        lines.append(f"    ___result = {result}")
+        lines += [f"    ___setattr({target}, {attr!r}, {value})" for target, attr, value in stores]
+        lines.append("    return ___result")
+    else:
+        lines.append(f"    return {result}")
+    namespace = dict(env, ___compiled=compiled, ___setattr=setattr)
     exec(compile("\n".join(lines) + "\n", "<torchkiln warm start>", "exec"), namespace)  # noqa: S102 - checked
     return namespace["___run"]
 
