@@ -21,6 +21,10 @@ the two, interleaved.  The peer's process imports neither torchkiln's compiler n
 ``__init__`` (the suite's model factories are loaded under stub packages), so its
 time holds torch.compile's work only.
 
+``--base DIR`` adds ``base``: torchkiln from another source tree (``git archive main |
+tar -x -C DIR``), cold and warm alike, interleaved with the others in every round, so
+a before/after comparison sees the same machine load.
+
 ``--keep DIR`` keeps the caches under ``DIR/<model>-<mode>``; a later run with the
 same ``DIR`` skips the peer's cold process where its caches exist (torch.compile's
 caches do not depend on torchkiln's sources; torchkiln's keys do, so its cold process
@@ -63,16 +67,23 @@ def worker(spec: dict) -> dict:
     row = run.measure_model(spec["model"], spec["mode"], opts, "warm", only="peer_" if spec["variant"] == "peer" else "",
                             spawn_time=spec["spawn_time"])
     prefix = "peer_" if spec["variant"] == "peer" else ""
+    if prefix:  # whether torch.compile's warm process hit its caches
+        from torch._dynamo.utils import counters
+
+        hits = {k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
+        hits.update({k: v for k, v in counters["aot_autograd"].items() if k.startswith("autograd_cache")})
+    else:
+        hits = row.get("warm_start_hits")
     return {"s": row.get(f"{prefix}warm_start_s"), "status": row.get(f"{prefix}status"),
-            "error": row.get(f"{prefix}error", ""), "hits": row.get("warm_start_hits"),
-            "graphs": row.get(f"{prefix}graphs")}
+            "error": row.get(f"{prefix}error", ""), "hits": hits, "graphs": row.get(f"{prefix}graphs")}
 
 
-def spawn(model: str, mode: str, variant: str, cache: str, args, pycache: str | None, timeout: float) -> dict:
+def spawn(model: str, mode: str, variant: str, cache: str, args, pycache: str | None, timeout: float,
+          repo: str = REPO) -> dict:
     env = dict(os.environ, TORCHKILN_CACHE_DIR=os.path.join(cache, "torchkiln"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
                TRITON_CACHE_DIR=os.path.join(cache, "triton"), OMP_NUM_THREADS=str(args.threads))
-    env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONPATH"] = os.pathsep.join([repo] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.pop("PYTHONPYCACHEPREFIX", None)
     if pycache:  # a pip-installed torchkiln: .pyc files exist after the first process
         env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -83,7 +94,10 @@ def spawn(model: str, mode: str, variant: str, cache: str, args, pycache: str | 
         spec = {"model": model, "mode": mode, "variant": variant, "device": args.device, "threads": args.threads,
                 "spawn_time": time.time()}
         try:
-            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec), out.name],
+            worker_script = os.path.join(repo, "benchmarks", os.path.basename(__file__))
+            if not os.path.exists(worker_script):
+                worker_script = os.path.abspath(__file__)
+            proc = subprocess.run([sys.executable, worker_script, "--worker", json.dumps(spec), out.name],
                                   env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"s": None, "status": "error", "error": f"timeout after {timeout:.0f} s"}
@@ -100,11 +114,16 @@ def geomean(values):
 
 
 def measure_row(model: str, mode: str, args, pycache: str | None) -> dict:
-    kinds = {"nowrite": [("kiln", None)], "write": [("kiln", pycache)],
+    kinds = {"nowrite": [("kiln", None)], "write": [("kiln_pyc", pycache)],
              "both": [("kiln", None), ("kiln_pyc", pycache)]}[args.bytecode]
+    if args.base:
+        kinds = [("base", kinds[0][1])] + kinds
+    repos = {"base": args.base}
     cache = os.path.join(args.keep, f"{model}-{mode}") if args.keep else tempfile.mkdtemp(prefix="tk-warm-")
     os.makedirs(cache, exist_ok=True)
     row = {"model": model, "mode": mode}
+    if args.base:
+        row["base_cold"] = spawn(model, mode, "kiln", cache, args, kinds[-1][1], args.timeout, args.base)
     row["kiln_cold"] = spawn(model, mode, "kiln", cache, args, kinds[-1][1], args.timeout)
     if not os.path.isdir(os.path.join(cache, "inductor")) or not args.keep:
         row["peer_cold"] = spawn(model, mode, "peer", cache, args, None, args.timeout)
@@ -113,7 +132,7 @@ def measure_row(model: str, mode: str, args, pycache: str | None) -> dict:
     for _ in range(args.warm):
         for name, prefix in kinds + [("peer", None)]:
             samples[name].append(spawn(model, mode, "peer" if name == "peer" else "kiln", cache, args, prefix,
-                                       args.timeout))
+                                       args.timeout, repos.get(name) or REPO))
     for name, results in samples.items():
         times = [r["s"] for r in results if r.get("s") is not None and r.get("status") == "ok"]
         bad = [r for r in results if r.get("status") != "ok"]
@@ -121,8 +140,7 @@ def measure_row(model: str, mode: str, args, pycache: str | None) -> dict:
         row[f"{name}_all"] = [r.get("s") for r in results]
         if bad:
             row[f"{name}_error"] = f"{bad[0].get('status')}: {bad[0].get('error')}"
-        if name != "peer":
-            row[f"{name}_hits"] = [r.get("hits") for r in results]
+        row[f"{name}_hits"] = [r.get("hits") for r in results]
     for name, _ in kinds:
         if row[name] and row["peer"]:
             row[f"{name}/peer"] = row[name] / row["peer"]
@@ -148,10 +166,12 @@ def main(argv=None) -> int:
     p.add_argument("--bytecode", choices=("nowrite", "write", "both"), default="both")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--keep", metavar="DIR")
+    p.add_argument("--base", metavar="DIR", help="also torchkiln from this source tree (before/after)")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     pycache = tempfile.mkdtemp(prefix="tk-pyc-")
     kinds = ["kiln"] if args.bytecode == "nowrite" else ["kiln_pyc"] if args.bytecode == "write" else ["kiln", "kiln_pyc"]
+    kinds = ["base"] * bool(args.base) + kinds
     rows = []
     print(f"{'model':12} {'mode':9} " + " ".join(f"{k + ' s':>9}" for k in kinds) + f" {'peer s':>8} "
           + " ".join(f"{k + '/peer':>13}" for k in kinds) + "  hits  notes", flush=True)
