@@ -183,7 +183,7 @@ def main(argv=None) -> int:
             fmt = lambda v, spec: format(v, spec) if v is not None else "-"
             print(f"{model:12} {mode:9} " + " ".join(f"{fmt(row[k], '9.2f')}" for k in kinds)
                   + f" {fmt(row['peer'], '8.2f')} " + " ".join(f"{fmt(row.get(k + '/peer'), '13.3f')}" for k in kinds)
-                  + f"  {row.get(kinds[0] + '_hits')}  {notes}", flush=True)
+                  + "  " + " ".join(str(row.get(k + "_hits")) for k in kinds if k != "peer") + f"  {notes}", flush=True)
     summary = {k: geomean([r.get(f"{k}/peer") for r in rows]) for k in kinds}
     worst = {k: max((r.get(f"{k}/peer") or 0 for r in rows), default=None) for k in kinds}
     print("geomean " + ", ".join(f"{k}/peer {fmt(v, '.3f')} (worst row {fmt(worst[k], '.3f')})"
