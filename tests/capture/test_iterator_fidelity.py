@@ -210,3 +210,32 @@ def test_alternate_constructors_of_builtin_types_run_at_trace_time():
     assert not counters["graph_break"]
     with pytest.raises(ValueError):  # an invalid literal raises as eagerly (through a break)
         torchkiln.compile(lambda x: x + float.fromhex("zz"), backend="eager")(torch.zeros(1))
+
+
+def _del_and_re_add_the_same_key(x, d):
+    for k in d:  # CPython: RuntimeError (dictionary keys changed during iteration)
+        del d[0]
+        d[0] = 0
+    return x + 1
+
+
+def _cached_property_on_slots(x, s):
+    try:
+        s.cp
+    except TypeError:  # no __dict__ to cache into
+        return x + 1
+    return x - 1
+
+
+class _Slots:
+    __slots__ = ("a",)
+
+    @__import__("functools").cached_property
+    def cp(self):
+        return 1
+
+
+@pytest.mark.parametrize("fn, arg", [(_del_and_re_add_the_same_key, {0: 0}), (_cached_property_on_slots, _Slots())],
+                         ids=["del_re_add", "cached_property_slots"])
+def test_found_by_the_cpython_harness(fn, arg):
+    same_as_eager(fn, torch.ones(1), arg)

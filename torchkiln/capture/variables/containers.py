@@ -259,7 +259,7 @@ _KEY_METHODS = {"__setitem__", "__delitem__", "get", "pop", "setdefault", "__con
 
 class DictVariable(VariableTracker):
     """dict / OrderedDict / defaultdict: ``items`` maps key → (key tracker, value tracker).
-    ``keys_version`` grows whenever the keys may have changed (iterators check it)."""
+    ``keys_version`` grows on every insertion or deletion of a key (iterators check it)."""
 
     keys_version = 0
 

@@ -63,7 +63,7 @@ class NativeIteratorVariable(IteratorProtocolMixin, VariableTracker):
         here, so the real iterator raises it), and so would keys that changed at the same
         size (or they would be walked in another order)."""
         self.sized, self.size0 = container, len(container.items)
-        self.keys0, self.version0 = list(container.items), container.keys_version
+        self.version0 = container.keys_version
         self.replay = True
         return self
 
@@ -74,10 +74,8 @@ class NativeIteratorVariable(IteratorProtocolMixin, VariableTracker):
             return None
         if len(sized.items) != self.size0:
             return "size"
-        if sized.keys_version != self.version0:
-            if list(sized.items) != self.keys0:
-                return "keys"
-            self.version0 = sized.keys_version
+        if sized.keys_version != self.version0:  # a key deleted and one added: CPython's
+            return "keys"  # iterator walks its table by position (or raises): not modelled
         return None
 
     def _check_size(self):

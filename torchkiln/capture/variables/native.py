@@ -227,11 +227,13 @@ class NativeCall:
         from .containers import DictVariable, SetVariable
 
         if isinstance(vt, DictVariable):
+            if list(proxy) != list(vt.items) or len(vt.items) != len(proxy):
+                vt.keys_version += 1
             vt.items = {k: (self.key(k), self.wrap(v)) for k, v in proxy.items()}
-            vt.keys_version += 1
         elif isinstance(vt, SetVariable):
+            if list(proxy) != list(vt.items) or len(vt.items) != len(proxy):
+                vt.keys_version += 1
             vt.items = {k: self.key(k) for k in proxy}
-            vt.keys_version += 1
         else:
             vt.items = [self.wrap(v) for v in proxy]
 

@@ -57,7 +57,17 @@ def bind_class_attr(tx, attr, self_vt, cls, source):
         if isinstance(attr.fget, types.FunctionType):  # inlined even when torch defines it (parametrize)
             return UserFunctionVariable(attr.fget).call_function(tx, [self_vt], {})
         return wrap_constant_like(tx, attr.fget).call_function(tx, [self_vt], {})
+    if self_vt is not None and python_descriptor(attr):
+        # CPython calls its __get__ on every read (functools.cached_property fills the
+        # instance's __dict__, or raises TypeError without one): a graph break, the read
+        # runs natively
+        unsupported(f"an attribute served by a {type(attr).__name__} descriptor")
     return wrap(tx, attr, source) if source is not None else wrap_constant_like(tx, attr)
+
+
+def python_descriptor(attr) -> bool:
+    """Whether ``attr``'s type defines ``__get__`` in Python."""
+    return hasattr(getattr(type(attr), "__get__", None), "__code__")
 
 
 def generic_getattr(tx, vt, obj, name, instance_dict=None):
@@ -90,6 +100,8 @@ def generic_getattr(tx, vt, obj, name, instance_dict=None):
             return bind_class_attr(tx, cls_attr, vt, cls, None)
         if obj is None:
             unsupported(f"data descriptor {name} on a new object")
+        if python_descriptor(cls_attr):
+            unsupported(f"an attribute served by a {type(cls_attr).__name__} descriptor")
         return wrap(tx, getattr(obj, name), source)
     if instance_dict is not None:
         if name in instance_dict:
