@@ -123,8 +123,8 @@ config = Config(
     inline_inbuilt_nn_modules=True,
     raise_on_ctx_manager_usage=True,
     recompile_limit=8,
-    # torchkiln's own: instructions one capture may trace (inlined calls included) before
-    # it graph-breaks at the frame's current instruction (an enormous loop runs natively)
+    # torchkiln's own: instructions one capture may trace (inlined calls included); past
+    # it the frame runs eagerly (an enormous loop is not traced for minutes)
     trace_step_limit=300_000,
     optimize_ddp=True,
 )

@@ -171,7 +171,8 @@ class InstructionTranslatorBase:
         root = self.root
         root.steps += 1
         if root.steps > config.trace_step_limit:
-            unsupported(f"capture traced more than config.trace_step_limit={config.trace_step_limit} instructions")
+            raise TraceTooLong(f"capture traced more than config.trace_step_limit={config.trace_step_limit} "
+                               f"instructions")
         if self.ip >= len(self.instructions):
             unsupported(f"execution ran past the last instruction of {self.code.co_name}")
         inst = self.instructions[self.ip]
@@ -994,7 +995,7 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
     def on_unsupported(self, ip, e):
         # The caller restarts and breaks at its call; the callee is then captured as its
         # own frame and would trace up to here just to restart: note where it breaks.
-        if not self.code.co_flags & 0x20 and not str(e).startswith("inlining"):
+        if not self.code.co_flags & 0x20 and not str(e).startswith("inlining") and not isinstance(e, TraceTooLong):
             note_inlined_break(self.code, ip, BreakReason(str(e), e.user_stack))
 
 
@@ -1034,6 +1035,11 @@ def _flatten_types(cls):
 inspect_CO_COROUTINE = 0x80
 inspect_CO_ITERABLE_COROUTINE = 0x100
 inspect_CO_ASYNC_GEN = 0x200
+
+
+class TraceTooLong(Unsupported):
+    """More than ``config.trace_step_limit`` instructions traced: the frame runs eagerly
+    (a break there would re-trace up to the limit again, per restart and per resume)."""
 
 
 class _HandledBefore(VariableTracker):
@@ -1157,6 +1163,8 @@ class InstructionTranslator(InstructionTranslatorBase):
     def on_unsupported(self, ip, e):
         if self.fullgraph:
             raise Unsupported(f"{e}\n  (at {e.user_stack}; fullgraph=True does not allow graph breaks)") from e
+        if isinstance(e, TraceTooLong):
+            raise e  # not a graph break: the whole frame runs eagerly (see TraceTooLong)
         if self.raise_ip is not None and not isinstance(e, _ExitWithException):
             # Nothing between a raise and the end of its handler can be a graph break (the
             # thread's exception state is not rebuilt in a resume function): the break is
