@@ -3,6 +3,7 @@
 one JSON line: per frame the warm-start counters it moved, whether capture ran
 (``captured``: unique graphs added) and the warm-start log lines."""
 import copy
+import functools
 import json
 import logging
 import sys
@@ -55,6 +56,22 @@ def store_after(x):  # side effects replayed after the graph: constant attribute
     return y
 
 
+def _decorate(fn):  # like transformers' merge_with_config_defaults: a local wrapper, inlined
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs) + 1.0
+    return wrapper
+
+
+@_decorate
+def _scaled(x):
+    return x.cos() * 3.0
+
+
+def decorated(x):
+    return _scaled(x).relu()
+
+
 def model_output(x):  # a transformers ModelOutput built in the frame (skipped without transformers)
     return _Output(logits=x.tanh(), hidden=(x * 2.0,))
 
@@ -83,7 +100,7 @@ def _cases(phase):
     return {"bn_step": (bn_step, (bn, img)), "add_to_buffer": (add_to_buffer, (base, buf)),
             "lstm_same": (lstm_call, (lstm, torch.randn(3, 2, 6))), "lstm_call": (lstm_call, (lstm, seq)),
             "pooled": (pooled, (img,)), "store_after": (store_after, (base,)),
-            "store_other": (store_after, (base.double(),)),  # warm: after store_after; another dtype
+            "store_other": (store_after, (base.double(),)), "decorated": (decorated, (base,)),  # warm: after store_after; another dtype
             **({"model_output": (model_output, (base,))} if _Output else {})}
 
 

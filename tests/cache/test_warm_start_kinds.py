@@ -30,7 +30,7 @@ def test_more_frame_kinds_load_from_records(fresh_cache):
     warm = _run("warm")
     assert warm["ok"], warm  # every result (and BatchNorm's statistics and gradients) equals eager's
     frames = warm["frames"]
-    for name in ("bn_step", "lstm_same", "pooled", "store_after", "model_output"):
+    for name in ("bn_step", "lstm_same", "pooled", "store_after", "decorated", "model_output"):
         if name not in frames:  # model_output needs transformers
             continue
         assert frames[name]["hit"] == 1 and frames[name]["captured"] == 0, (name, frames[name])

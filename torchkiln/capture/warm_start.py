@@ -583,6 +583,34 @@ def _defaults(fn) -> list:
     return encode([getattr(fn, "__defaults__", None) or (), sorted(kw.items()) if kw else []])
 
 
+def _makes_without_defaults(outer: types.CodeType, code: types.CodeType) -> bool:
+    """``outer`` makes its closures of ``code`` without defaults (MAKE_FUNCTION's flags):
+    every function of that code has none, so the record need not check them."""
+    import dis
+
+    seen = False
+    for ins in dis.get_instructions(outer):
+        if ins.opname == "LOAD_CONST" and ins.argval is code:
+            seen = True
+        elif seen and ins.opname == "MAKE_FUNCTION":
+            return not (ins.arg & 0x03)
+    return False
+
+
+def _nested_inlined(module, code: types.CodeType):
+    """An inlined local function (a decorator's ``wrapper``) as ``["<nested>", module, outer
+    qualname, path, digest, outer digest]``, or None.  Its code is found in its named outer
+    function's constants; the outer digest pins how closures are made (no defaults)."""
+    if not isinstance(module, str) or ".<locals>." not in code.co_qualname:
+        return None
+    outer_name = code.co_qualname.rsplit(".<locals>.", 1)[0]
+    outer = _code_of(_resolve(module, outer_name))
+    path = _const_path(outer, code)
+    if path is None or len(path) != 1 or not _makes_without_defaults(outer, code):
+        return None
+    return ["<nested>", module, outer_name, path, code_digest(code), code_digest(outer)]
+
+
 def _describe_inlined(root: types.CodeType, inlined) -> list:
     covered: set = set()
     _nested(root, covered)
@@ -602,7 +630,12 @@ def _describe_inlined(root: types.CodeType, inlined) -> list:
                 _nested(code, covered)
                 break
         else:
-            unlocated.append(code)
+            nested = _nested_inlined(module, code)
+            if nested is not None:
+                located.append(nested)
+                _nested(code, covered)
+            else:
+                unlocated.append(code)
     for code in unlocated:
         if code not in covered:
             raise NotRecordable(f"inlined {code.co_qualname}, which cannot be found by name")
@@ -691,7 +724,15 @@ def lookup(fn: types.FunctionType, f_locals: dict, backend, fullgraph: bool, dyn
 def _install(fn, f_locals, rec: dict, protocol) -> CacheEntry:
     from .guards import global_state
 
-    for module, qualname, digest, defaults, depth in rec["inlined"]:
+    for item in rec["inlined"]:
+        if item[0] == "<nested>":  # a local function: its outer function's code and its own
+            _, module, outer_name, path, digest, outer_digest = item
+            outer = _code_of(_resolve(module, outer_name))
+            if not isinstance(outer, types.CodeType) or code_digest(outer) != outer_digest:
+                raise _Bypass(f"changed source: inlined {module}.{outer_name}")
+            decode(["nested_code", module, outer_name, path, digest])
+            continue
+        module, qualname, digest, defaults, depth = item
         if type(depth) is not int or not 0 <= depth <= _MAX_WRAPPED:
             raise NotRecordable(f"damaged record: a wrapper depth {depth!r}")
         fn_ = _unwrapped(_resolve(module, qualname), depth)
