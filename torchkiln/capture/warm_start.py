@@ -603,10 +603,15 @@ def _nested_inlined(module, code: types.CodeType):
     function's constants; the outer digest pins how closures are made (no defaults)."""
     if not isinstance(module, str) or ".<locals>." not in code.co_qualname:
         return None
-    outer_name = code.co_qualname.rsplit(".<locals>.", 1)[0]
+    outer_name = code.co_qualname.split(".<locals>.", 1)[0]
     outer = _code_of(_resolve(module, outer_name))
     path = _const_path(outer, code)
-    if path is None or len(path) != 1 or not _makes_without_defaults(outer, code):
+    if path is None:
+        return None
+    parent = outer
+    for i in path[:-1]:
+        parent = parent.co_consts[i]
+    if not _makes_without_defaults(parent, code):  # the function that makes the closures
         return None
     return ["<nested>", module, outer_name, path, code_digest(code), code_digest(outer)]
 
