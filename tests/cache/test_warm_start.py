@@ -77,7 +77,8 @@ def _write(tmp_path, constant="1.0"):
 
 
 def _run(tmp_path, phase, **env):
-    e = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1", **env)
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
+             OMP_NUM_THREADS="1", **env)  # the caller's path too (bytecode may come from it)
     p = subprocess.run([sys.executable, "-m", "tests.cache._warm_worker", str(tmp_path), phase], cwd=REPO, env=e,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
