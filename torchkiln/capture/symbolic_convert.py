@@ -440,6 +440,10 @@ class InstructionTranslatorBase:
         self.stack[-1], self.stack[-inst.arg] = self.stack[-inst.arg], self.stack[-1]
 
     def LOAD_CONST(self, inst):
+        if type(inst.arg) is frozenset:  # this very object at runtime: its table is known
+            self.push(SetVariable.of_existing(inst.arg, [wrap_constant_like(self, v) for v in inst.arg],
+                                              same_object=True))
+            return
         self.push(wrap_constant_like(self, inst.arg) if isinstance(inst.arg, (tuple, frozenset)) else ConstantVariable(inst.arg))
 
     def RETURN_CONST(self, inst):

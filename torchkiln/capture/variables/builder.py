@@ -239,7 +239,9 @@ def _wrap(tx, value, source):
         return vt
     if type(value) in (set, frozenset) and all(is_constant(v) for v in value):
         g.constant_match(source, value)
-        vt = SetVariable([ConstantVariable(v) for v in value], source, frozen=type(value) is frozenset)
+        if len(value) > 1:  # == ignores order: equal sets of other insertion histories iterate differently
+            g.add(f"tuple({source}) == {g.const(tuple(value))}")
+        vt = SetVariable.of_existing(value, [ConstantVariable(v) for v in value], source)
         out.id_cache[id(value)] = vt
         return vt
     if isinstance(value, torch.nn.Module):
@@ -413,7 +415,7 @@ def wrap_constant_like(tx, value) -> VariableTracker:
         return DictVariable({k: (wrap_constant_like(tx, k), wrap_constant_like(tx, v)) for k, v in value.items()},
                             dict if type(value) is types.MappingProxyType else type(value))
     if type(value) in (set, frozenset):
-        return SetVariable([wrap_constant_like(tx, v) for v in value], frozen=type(value) is frozenset)
+        return SetVariable.of_existing(value, [wrap_constant_like(tx, v) for v in value])
     if isinstance(value, torch.nn.Module):
         return NNModuleVariable(value, None)
     if is_torch_callable(value):

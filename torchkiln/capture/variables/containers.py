@@ -396,15 +396,87 @@ def _key_tracker(vt):
 
 
 class SetVariable(VariableTracker):
-    """A set of constants (or identity-keyed trackers); ``keys_version`` as DictVariable's."""
+    """A set of constants (or identity-keyed trackers); ``keys_version`` as DictVariable's.
+
+    Iteration order is CPython's: ``real`` is a real ``set``/``frozenset`` of the keys,
+    built and mutated by the same operations in the same sequence as the frame's own set
+    (``BUILD_SET``/``set(list)`` insert one by one; methods run natively on ``real`` in
+    place, see ``native.py``), so its hidden table state (dummy slots left by deletions,
+    table size after growth) and hence its order match.  ``exact``: ``real`` is such a
+    replay (only constants, made in the frame from known inputs).
+    ``origin``/``ops``: how ``real`` was made (``("new", kind, keys)``, ``("obj", a code
+    constant frozenset)``, or the method call
+    or constructor whose result it is) and the mutating method calls since, all on
+    constants or other such sets: replayed by :func:`replay_set` to rebuild the set with
+    the same table at runtime (None: not replayable).
+    ``order_known``: ``items`` is in the runtime order: true for an exact set and for a
+    caller's set (its order is guarded) until it is mutated; false for a set keyed by
+    identity (tensors, modules: hashes are addresses), whose iteration graph-breaks.
+    """
 
     keys_version = 0
 
-    def __init__(self, items, source=None, frozen=False):
-        items = [_key_tracker(i) for i in items]
-        self.items = {dict_key(i): i for i in items}
+    def __init__(self, items, source=None, frozen=False, real=None, exact=None, order_known=None, origin=None):
+        trackers = {}
+        for i in items:
+            i = _key_tracker(i)
+            trackers.setdefault(dict_key(i), i)  # the first of equal keys stays, as in set.add
         self.source = source
         self.frozen = frozen
+        kind = frozenset if frozen else set
+        self.origin = origin
+        self.ops: list = []
+        if real is None:
+            real = kind(trackers)  # one by one into an empty set, as BUILD_SET / set(list)
+            exact = source is None
+            self.origin = ("new", kind, tuple(trackers))
+        elif exact is None:
+            exact = False
+        self.real = real
+        self.exact = bool(exact) and not any(type(k) is IdKey for k in trackers)
+        self.order_known = self.exact or bool(order_known) and not any(type(k) is IdKey for k in trackers)
+        # an inexact real set must at least iterate in the recorded order (native calls walk it)
+        self.items = {k: trackers[k] for k in real} if self.exact else trackers
+        self.order_matches = self.exact or [type(k) for k in real] == [type(k) for k in trackers] and all(
+            a is b or a == b for a, b in zip(real, trackers))
+
+    @classmethod
+    def of_existing(cls, value, items, source=None, same_object=False):
+        """A tracker for the existing set ``value`` (a caller's, or a constant) whose
+        ``items`` are in ``value``'s order.  Its table history is unknown: results computed
+        from its table (``s | t`` copies it) and the set after a mutation have an unknown
+        order.  A frozenset is used as is, a set copied."""
+        frozen = type(value) is frozenset
+        if frozen and same_object:  # a code constant: the runtime's is this very object
+            return cls(items, frozen=True, real=value, exact=True, origin=("obj", value))
+        real = value if frozen else value.copy()  # an equal frozenset may have another table size
+        if list(map(id, real)) != list(map(id, value)):
+            real = set(list(value))  # one by one in value's order (set(value) would copy the table)
+        return cls(items, source, frozen, real=real, exact=False, order_known=True)
+
+    def refresh(self, trackers, op=None):
+        """``items`` after ``real`` changed in place (``trackers``: key -> tracker) by the
+        method call ``op`` (``(name, args, kwargs)`` of replayable arguments, or None)."""
+        if not self.exact:
+            self.order_known = False
+        if op is None:
+            self.origin = None
+        elif self.origin is not None:
+            self.ops.append(op)
+        self.items = {k: trackers[k] for k in self.real}
+
+    def history(self):
+        """A constant recipe for :func:`replay_set` (None where not replayable)."""
+        if not self.exact or self.origin is None:
+            return None
+        return (self.origin, tuple(self.ops))
+
+    def ordered_items(self):
+        """The items in iteration order; graph-breaks where that order is unknown."""
+        if not self.order_known and len(self.items) > 1:
+            unsupported("iteration order of a set keyed by identity or mutated after it came from the caller "
+                        "is not known at capture time")
+        return list(self.items.values())
 
     def python_type(self):
         return frozenset if self.frozen else set
@@ -416,17 +488,23 @@ class SetVariable(VariableTracker):
         return bool(self.items)
 
     def as_python_constant(self):
+        history = self.history()
+        if history is not None:
+            return replay_set(history)
         return (frozenset if self.frozen else set)(v.as_python_constant() for v in self.items.values())
 
     def is_python_constant(self):
         return all(v.is_python_constant() for v in self.items.values())
 
     def unpack_var_sequence(self, tx):
-        return list(self.items.values())
+        return self.ordered_items()
 
     def reconstruct(self, cg):
         if self.source is not None:
             return cg.from_source(self.source)  # mutations are replayed in place before
+        history = self.history()
+        if history is not None and list(replay_set(history)) == list(self.real):
+            return lambda rt: replay_set(history)  # the same table (dummies, size) as CPython's
         recipes = [cg.recipe(v) for v in self.items.values()]
         kind = frozenset if self.frozen else set
         return lambda rt: kind(r(rt) for r in recipes)
@@ -438,6 +516,28 @@ class SetVariable(VariableTracker):
         from .native import call_native_method
 
         return call_native_method(tx, self, name, args, kwargs)
+
+
+def replay_set(history):
+    """The set or frozenset ``SetVariable.history()`` describes, made by the same calls in
+    the same sequence, so its hash table (and iteration order) is CPython's."""
+    (tag, *rest), ops = history
+    if tag == "obj":
+        result = rest[0]
+    elif tag == "new":
+        result = rest[0](rest[1])
+    elif tag == "ctor":
+        result = rest[0](*map(_replay_arg, rest[1]))
+    else:  # "ret": the result of a method of another such set
+        result = getattr(replay_set(rest[0]), rest[1])(*map(_replay_arg, rest[2]))
+    for name, args in ops:
+        getattr(result, name)(*map(_replay_arg, args))
+    return result
+
+
+def _replay_arg(arg):
+    tag, value = arg
+    return replay_set(value) if tag == "set" else list(value) if tag == "list" else value
 
 
 _LIST_ITERATOR = type(iter([]))

@@ -77,6 +77,9 @@ class NativeCall:
         self.memo: dict[int, object] = {}
         self.back: dict[int, object] = {}
         self.opaque = False
+        self.inexact = False  # a set whose real table is not a replay of the runtime one was used
+        self.unordered = False  # a set whose iteration order is unknown was used
+        self.result_origin = None  # (result object, SetVariable origin) of the call's set result
         self.keep: list = []  # keep converted objects alive so ids stay unique
 
     # -- trackers -> real values --------------------------------------------------------
@@ -118,9 +121,14 @@ class NativeCall:
                 self.back.setdefault(id(k), k_vt)
                 result[k] = self.real(v_vt)
         elif isinstance(vt, SetVariable):
+            # the tracker's own real set, mutated in place: its table state is CPython's
+            if not vt.order_matches:
+                unsupported("a caller's set whose copy iterates in another order")
             for k, v in vt.items.items():
                 self.back.setdefault(id(k), v)
-            result = (frozenset if vt.frozen else set)(vt.items)
+            self.inexact = self.inexact or not vt.exact
+            self.unordered = self.unordered or not vt.order_known and len(vt.items) > 1
+            result = vt.real
         elif isinstance(vt, DictViewVariable) and isinstance(vt.owner, DictVariable):
             result = getattr(self.real(vt.owner), vt.kind)()
         else:
@@ -162,7 +170,9 @@ class NativeCall:
                 result.default_factory = self.wrap(value.default_factory)
             return result
         if type(value) in (set, frozenset):
-            return SetVariable([self.key(k) for k in value], frozen=type(value) is frozenset)
+            origin = self.result_origin[1] if self.result_origin and self.result_origin[0] is value else None
+            return SetVariable([self.key(k) for k in value], frozen=type(value) is frozenset, real=value,
+                               exact=not self.inexact, origin=origin)
         if isinstance(value, (collections.abc.KeysView, collections.abc.ValuesView, collections.abc.ItemsView)):
             kind = ("keys" if isinstance(value, collections.abc.KeysView) else
                     "values" if isinstance(value, collections.abc.ValuesView) else "items")
@@ -199,12 +209,15 @@ class NativeCall:
         ckwargs = {k: self.real(v) for k, v in kwargs.items()}
         if self.opaque and name in value_methods(self_vt):
             return None
+        check_order(self, self_vt, name)
         method = getattr(proxy, name, None)
         if method is None and name == "__contains__":  # `in` falls back to iteration
             method = lambda value: value in proxy  # noqa: E731
         if method is None:
             unsupported(f"AttributeError: '{type(proxy).__name__}' object has no attribute '{name}'")
         before = snapshot(proxy)
+        hists = replay_args(args) if not kwargs else None
+        self_hist = self_vt.history() if type(self_vt).__name__ == "SetVariable" else None
         _ACTIVE.append(self)
         try:
             result = method(*cargs, **ckwargs)
@@ -217,13 +230,15 @@ class NativeCall:
         if result is proxy:
             out = self_vt
         else:
+            if self_hist is not None and hists is not None:
+                self.result_origin = (result, ("ret", self_hist, name, hists))
             out = self.wrap(result)
         if snapshot(proxy) != before:
             self.tx.output.side_effects.mutate(self_vt)
-            self.write_back(self_vt, proxy)
+            self.write_back(self_vt, proxy, (name, hists) if hists is not None else None)
         return out
 
-    def write_back(self, vt, proxy):
+    def write_back(self, vt, proxy, op=None):
         from .containers import DictVariable, SetVariable
 
         if isinstance(vt, DictVariable):
@@ -233,9 +248,45 @@ class NativeCall:
         elif isinstance(vt, SetVariable):
             if list(proxy) != list(vt.items) or len(vt.items) != len(proxy):
                 vt.keys_version += 1
-            vt.items = {k: self.key(k) for k in proxy}
+            vt.refresh({k: self.key(k) for k in proxy}, op)
         else:
             vt.items = [self.wrap(v) for v in proxy]
+
+
+def check_order(nc, self_vt, name):
+    """Graph-break where a call would turn a set's unknown iteration order (identity-keyed,
+    or a caller's set after a mutation) into an observable order: ``set.pop()`` of it, or
+    any method of a non-set container (``lst.extend(s)``, ``d.update(zip(s, ...))``).
+    ``pop`` also reads the table's search finger, which only a replayed set has."""
+    from .containers import DictViewVariable, SetVariable
+
+    set_like = isinstance(self_vt, SetVariable) or isinstance(self_vt, DictViewVariable) and self_vt.kind != "values"
+    if nc.unordered and (not set_like or name == "pop"):
+        unsupported(f"{name} would observe the unknown iteration order of a set")
+    if name == "pop" and isinstance(self_vt, SetVariable) and not self_vt.exact:
+        unsupported("set.pop() of a set whose table history is not known")
+
+
+def replay_args(args):
+    """The arguments of a set method as :func:`~.containers.replay_set` takes them: other
+    replayable sets, constants, lists or tuples of plain constants; None otherwise."""
+    from .containers import BaseListVariable, SetVariable
+
+    out = []
+    for a in args:
+        if isinstance(a, SetVariable):
+            h = a.history()
+            if h is None:
+                return None
+            out.append(("set", h))
+        elif type(a) is ConstantVariable and (type(a.value) in _PLAIN_CONSTANTS or type(a.value) is frozenset):
+            out.append(("const", a.value))  # a frozenset constant is this very object (its table)
+        elif isinstance(a, BaseListVariable) and a.container_type in (list, tuple) and all(
+                type(i) is ConstantVariable and type(i.value) in _PLAIN_CONSTANTS for i in a.items):
+            out.append(("list", tuple(i.value for i in a.items)))
+        else:
+            return None
+    return tuple(out)
 
 
 def value_methods(vt):
@@ -281,6 +332,9 @@ def native_construct(tx, cls, args, kwargs):
     nc = NativeCall(tx)
     cargs = [nc.real(a) for a in args]
     ckwargs = {k: nc.real(v) for k, v in kwargs.items()}
+    if nc.unordered and cls not in (set, frozenset):
+        unsupported(f"{cls.__name__}() of a set whose iteration order is unknown")
+    hists = replay_args(args) if not kwargs else None
     _ACTIVE.append(nc)
     try:
         result = cls(*cargs, **ckwargs)
@@ -290,6 +344,8 @@ def native_construct(tx, cls, args, kwargs):
         unsupported(f"{cls.__name__}() raised {type(e).__name__}: {e}")
     finally:
         _ACTIVE.pop()
+    if hists is not None:
+        nc.result_origin = (result, ("ctor", cls, hists))
     return nc.wrap(result)
 
 
