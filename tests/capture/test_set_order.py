@@ -150,3 +150,13 @@ def test_set_live_across_a_graph_break_and_returned():
         joined = " ".join(map(str, s))  # str.join graph-breaks: s is rebuilt for the resumed frame
         return x + 1, joined, [v for v in s], next(iter(s)), s, t, str(t)
     _same(f)
+
+
+def test_set_of_a_dict():
+    def f(x):
+        d = dict.fromkeys([34, 145, 195, 16, 65, 30])  # set(d) sizes its table first: [16, 145, ...]
+        s, t = set(d), {*d}
+        t.discard(195)
+        u = set(d.keys()) | d.keys()
+        return x + 1, list(s), list(t), list(u), " ".join(map(str, t)), t
+    _same(f)

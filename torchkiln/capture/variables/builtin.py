@@ -269,8 +269,8 @@ class BuiltinVariable(VariableTracker):
         if fn in (tuple, list) and n <= 1:
             items = args[0].unpack_var_sequence(tx) if args else []
             return TupleVariable(items) if fn is tuple else ListVariable(items)
-        if fn in (set, frozenset) and n == 1 and isinstance(args[0], SetVariable):
-            from .native import native_construct  # set(a_set) copies its table (set_merge)
+        if fn in (set, frozenset) and n == 1 and isinstance(args[0], (SetVariable, DictVariable)):
+            from .native import native_construct  # set(a_set) copies its table, set(a_dict) sizes it first
 
             return native_construct(tx, fn, args, {})
         if fn in (set, frozenset) and n <= 1:

@@ -537,7 +537,9 @@ def replay_set(history):
 
 def _replay_arg(arg):
     tag, value = arg
-    return replay_set(value) if tag == "set" else list(value) if tag == "list" else value
+    if tag == "set":
+        return replay_set(value)
+    return list(value) if tag == "list" else dict.fromkeys(value) if tag == "dict" else value
 
 
 _LIST_ITERATOR = type(iter([]))

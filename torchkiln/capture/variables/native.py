@@ -270,7 +270,7 @@ def check_order(nc, self_vt, name):
 def replay_args(args):
     """The arguments of a set method as :func:`~.containers.replay_set` takes them: other
     replayable sets, constants, lists or tuples of plain constants; None otherwise."""
-    from .containers import BaseListVariable, SetVariable
+    from .containers import BaseListVariable, DictVariable, DictViewVariable, SetVariable
 
     out = []
     for a in args:
@@ -284,6 +284,16 @@ def replay_args(args):
         elif isinstance(a, BaseListVariable) and a.container_type in (list, tuple) and all(
                 type(i) is ConstantVariable and type(i.value) in _PLAIN_CONSTANTS for i in a.items):
             out.append(("list", tuple(i.value for i in a.items)))
+        elif isinstance(a, (DictVariable, DictViewVariable)) and all(type(k) in _PLAIN_CONSTANTS for k in (
+                a.items if isinstance(a, DictVariable) else a.owner.items if isinstance(a.owner, DictVariable) else [None])):
+            # a dict sizes the set's table up front (set_update_internal); a keys view is walked
+            keys = tuple(a.items if isinstance(a, DictVariable) else a.owner.items)
+            if isinstance(a, DictVariable) and a.user_cls is dict:
+                out.append(("dict", keys))
+            elif isinstance(a, DictViewVariable) and a.kind == "keys" and isinstance(a.owner, DictVariable):
+                out.append(("list", keys))
+            else:
+                return None
         else:
             return None
     return tuple(out)
