@@ -160,3 +160,25 @@ def test_set_of_a_dict():
         u = set(d.keys()) | d.keys()
         return x + 1, list(s), list(t), list(u), " ".join(map(str, t)), t
     _same(f)
+
+
+def test_builtins_on_sets():
+    def f(x):
+        s = frozenset({1000, 7}) | frozenset([15, 7])
+        t = set()
+        for i in range(40):
+            t.add(i * 8)
+        for i in range(0, 40, 3):
+            t.discard(i * 8)
+        return x + 1, list(s), list(t), t.pop(), tuple(t), s & t, t - s, set(t), sorted(t)[:3]
+    _same(f)
+
+
+def test_identity_keyed_set_into_list_breaks():
+    def f(x, y, z):
+        return [int(t) for t in list({x, y, z})] + [int(t) for t in tuple({z, y})]
+    xs = [torch.full((1,), float(i)) for i in range(3)]
+    c = torchkiln.compile(f, backend="eager")
+    for _ in range(2):
+        args = [t.clone() for t in xs]
+        assert c(*args) == f(*args)

@@ -167,10 +167,18 @@ class BuiltinVariable(VariableTracker):
             cargs = [nc.real(a) for a in args]
             ckwargs = {k: nc.real(v) for k, v in kwargs.items()}
             if not nc.opaque:
+                if nc.unordered and fn not in (set, frozenset, len, bool):
+                    unsupported(f"{getattr(fn, '__name__', fn)}() of a set whose iteration order is unknown")
                 try:
                     result = fn(*cargs, **ckwargs)
                 except Exception as e:  # noqa: BLE001 - raised again when the call runs natively
                     unsupported(f"{getattr(fn, '__name__', fn)} raised {type(e).__name__}: {e}")
+                if fn in (set, frozenset) and not kwargs:
+                    from .native import replay_args
+
+                    hists = replay_args(args)
+                    if hists is not None:  # the set's table can be replayed at runtime
+                        nc.result_origin = (result, ("ctor", fn, hists))
                 return nc.wrap(result)
         if kwargs and fn not in _TAKES_KWARGS:
             from ..polyfills import polyfill_for
