@@ -182,3 +182,19 @@ def test_identity_keyed_set_into_list_breaks():
     for _ in range(2):
         args = [t.clone() for t in xs]
         assert c(*args) == f(*args)
+
+
+def test_identity_keyed_items_added_later_break():
+    def f(x, y, z):
+        s = set()
+        for t in (x, y, z):
+            s.add(t)
+        u = {t for t in (z, x, y)}
+        return [int(t) for t in s] + [int(t) for t in u]
+    xs = [torch.full((1,), float(i)) for i in range(3)]
+    reasons = [str(r) for r in torchkiln.capture.explain(f)(*xs).break_reasons]
+    assert any("iteration order" in r for r in reasons), reasons  # never the trace-time address order
+    c = torchkiln.compile(f, backend="eager")
+    for _ in range(3):
+        args = [t.clone() for t in xs]
+        assert c(*args) == f(*args)

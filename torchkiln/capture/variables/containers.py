@@ -457,6 +457,8 @@ class SetVariable(VariableTracker):
     def refresh(self, trackers, op=None):
         """``items`` after ``real`` changed in place (``trackers``: key -> tracker) by the
         method call ``op`` (``(name, args, kwargs)`` of replayable arguments, or None)."""
+        if self.exact and any(type(k) is IdKey for k in self.real):  # s.add(tensor): hashed by address
+            self.exact = False
         if not self.exact:
             self.order_known = False
         if op is None:
