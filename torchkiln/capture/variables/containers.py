@@ -530,8 +530,8 @@ def replay_set(history):
         result = rest[0](rest[1])
     elif tag == "ctor":
         result = rest[0](*map(_replay_arg, rest[1]))
-    else:  # "ret": the result of a method of another such set
-        result = getattr(replay_set(rest[0]), rest[1])(*map(_replay_arg, rest[2]))
+    else:  # "ret": the result of a method of another such set (or dict keys view)
+        result = getattr(_replay_arg(rest[0]), rest[1])(*map(_replay_arg, rest[2]))
     for name, args in ops:
         getattr(result, name)(*map(_replay_arg, args))
     return result
@@ -541,6 +541,8 @@ def _replay_arg(arg):
     tag, value = arg
     if tag == "set":
         return replay_set(value)
+    if tag == "keys":
+        return dict.fromkeys(value).keys()
     return list(value) if tag == "list" else dict.fromkeys(value) if tag == "dict" else value
 
 

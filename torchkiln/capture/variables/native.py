@@ -217,7 +217,7 @@ class NativeCall:
             unsupported(f"AttributeError: '{type(proxy).__name__}' object has no attribute '{name}'")
         before = snapshot(proxy)
         hists = replay_args(args) if not kwargs else None
-        self_hist = self_vt.history() if type(self_vt).__name__ == "SetVariable" else None
+        recv = replay_args([self_vt]) if type(self_vt).__name__ in ("SetVariable", "DictViewVariable") else None
         _ACTIVE.append(self)
         try:
             result = method(*cargs, **ckwargs)
@@ -230,8 +230,8 @@ class NativeCall:
         if result is proxy:
             out = self_vt
         else:
-            if self_hist is not None and hists is not None:
-                self.result_origin = (result, ("ret", self_hist, name, hists))
+            if recv is not None and hists is not None:
+                self.result_origin = (result, ("ret", recv[0], name, hists))
             out = self.wrap(result)
         if snapshot(proxy) != before:
             self.tx.output.side_effects.mutate(self_vt)
@@ -291,7 +291,7 @@ def replay_args(args):
             if isinstance(a, DictVariable) and a.user_cls is dict:
                 out.append(("dict", keys))
             elif isinstance(a, DictViewVariable) and a.kind == "keys" and isinstance(a.owner, DictVariable):
-                out.append(("list", keys))
+                out.append(("keys", keys))
             else:
                 return None
         else:
