@@ -144,3 +144,28 @@ def test_record_describes_guards_and_result():
         except warm_start.NotRecordable:
             continue
         raise AssertionError(f"accepted {bad}")
+
+
+def test_str_set_order_is_not_recorded():
+    """A frame that iterated a set of strings is not recorded: str hashing is salted per
+    process, so another process would iterate the set in another order than the graph
+    baked in.  A set of ints (hashes the same everywhere) and a membership test are."""
+    import torchkiln
+    from torchkiln.utils.counters import counters
+
+    def over_strings(x):
+        return [x * len(k) for k in {"alpha", "beta", "gamma"}]
+
+    def over_ints(x):
+        return [x * v for v in {3, 1000, 7}]
+
+    def membership(x):
+        return x * (2 if "a" in {"a", "b"} else 3)
+
+    for fn, saved in ((over_strings, 0), (over_ints, 1), (membership, 1)):
+        torchkiln.reset()
+        counters.clear()
+        out = torchkiln.compile(fn)(torch.ones(2))
+        expected = fn(torch.ones(2))
+        assert all(torch.equal(a, b) for a, b in zip(out, expected)) if isinstance(out, list) else torch.equal(out, expected)
+        assert counters["warm_start"]["saved"] == saved, (fn.__name__, dict(counters["warm_start"]))

@@ -435,6 +435,8 @@ def describe(tx, cg, compiled, side, result_vt):
     out = tx.output
     if out.symbol_sources:
         return "symbolic sizes"
+    if getattr(out, "hash_seeded_order", False):
+        return "the iteration order of a set of strings (salted per process) was observed"
     try:
         g = out.guards
         names: dict = {}

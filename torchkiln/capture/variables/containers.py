@@ -395,6 +395,28 @@ def _key_tracker(vt):
     return specialize_symbolic(vt)
 
 
+_STABLE_HASH = (int, float, complex, bool, type(None))
+
+
+def hash_seeded(key) -> bool:
+    """Whether ``key``'s hash may differ between processes (str/bytes hashing is salted per
+    process): anything but numbers, None, and tuples/frozensets of those."""
+    if type(key) in _STABLE_HASH:
+        return False
+    if type(key) in (tuple, frozenset):
+        return any(hash_seeded(k) for k in key)
+    return True
+
+
+def mark_hash_seeded_order(tx) -> None:
+    """The capture observed a set order that holds in this process only: its graph and
+    result are right here, but a frame record replayed in another process would not be
+    (the warm start declines to record it)."""
+    out = getattr(tx, "output", None)
+    if out is not None:
+        out.hash_seeded_order = True
+
+
 class SetVariable(VariableTracker):
     """A set of constants (or identity-keyed trackers); ``keys_version`` as DictVariable's.
 
@@ -499,7 +521,16 @@ class SetVariable(VariableTracker):
         return all(v.is_python_constant() for v in self.items.values())
 
     def unpack_var_sequence(self, tx):
-        return self.ordered_items()
+        items = self.ordered_items()
+        if len(items) > 1 and self.hash_seeded():
+            mark_hash_seeded_order(tx)
+        return items
+
+    def hash_seeded(self) -> bool:
+        """Whether the order depends on this process's string hashing (``PYTHONHASHSEED``:
+        str and bytes keys, or tuples holding them), so another process iterates it in
+        another order."""
+        return any(hash_seeded(k) for k in self.real)
 
     def reconstruct(self, cg):
         if self.source is not None:

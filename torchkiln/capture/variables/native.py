@@ -79,6 +79,7 @@ class NativeCall:
         self.opaque = False
         self.inexact = False  # a set whose real table is not a replay of the runtime one was used
         self.unordered = False  # a set whose iteration order is unknown was used
+        self.seeded = False  # a set whose order depends on this process's str hashing was used
         self.result_origin = None  # (result object, SetVariable origin) of the call's set result
         self.keep: list = []  # keep converted objects alive so ids stay unique
 
@@ -128,6 +129,7 @@ class NativeCall:
                 self.back.setdefault(id(k), v)
             self.inexact = self.inexact or not vt.exact
             self.unordered = self.unordered or not vt.order_known and len(vt.items) > 1
+            self.seeded = self.seeded or len(vt.items) > 1 and vt.hash_seeded()
             result = vt.real
         elif isinstance(vt, DictViewVariable) and isinstance(vt.owner, DictVariable):
             result = getattr(self.real(vt.owner), vt.kind)()
@@ -253,16 +255,22 @@ class NativeCall:
             vt.items = [self.wrap(v) for v in proxy]
 
 
+# set methods whose result shows the iteration order (the others only test or change membership)
+_ORDER_OBSERVING = frozenset({"pop", "__iter__", "__repr__", "__str__", "__format__", "__reduce__", "__reduce_ex__"})
+
+
 def check_order(nc, self_vt, name):
     """Graph-break where a call would turn a set's unknown iteration order (identity-keyed,
     or a caller's set after a mutation) into an observable order: ``set.pop()`` of it, or
     any method of a non-set container (``lst.extend(s)``, ``d.update(zip(s, ...))``).
     ``pop`` also reads the table's search finger, which only a replayed set has."""
-    from .containers import DictViewVariable, SetVariable
+    from .containers import DictViewVariable, SetVariable, mark_hash_seeded_order
 
     set_like = isinstance(self_vt, SetVariable) or isinstance(self_vt, DictViewVariable) and self_vt.kind != "values"
     if nc.unordered and (not set_like or name == "pop"):
         unsupported(f"{name} would observe the unknown iteration order of a set")
+    if nc.seeded and (not set_like or name in _ORDER_OBSERVING):
+        mark_hash_seeded_order(nc.tx)
     if name == "pop" and isinstance(self_vt, SetVariable) and not self_vt.exact:
         unsupported("set.pop() of a set whose table history is not known")
 
@@ -344,6 +352,10 @@ def native_construct(tx, cls, args, kwargs):
     ckwargs = {k: nc.real(v) for k, v in kwargs.items()}
     if nc.unordered and cls not in (set, frozenset):
         unsupported(f"{cls.__name__}() of a set whose iteration order is unknown")
+    if nc.seeded and cls not in (set, frozenset):
+        from .containers import mark_hash_seeded_order
+
+        mark_hash_seeded_order(tx)
     hists = replay_args(args) if not kwargs else None
     _ACTIVE.append(nc)
     try:
