@@ -55,3 +55,15 @@ def test_cache_hit_keeps_the_traced_backward(tmp_path, monkeypatch):
         assert runtime.call_backward not in targets and runtime.call_backward_opaque not in targets
     assert cold == hit  # the same ATen backward, op for op
     assert torch.ops.aten.mm.default in hit
+
+
+def test_stored_graph_names_resolve_only_to_graph_functions():
+    """The stored backward is data: names outside ATen overloads, operator/math functions
+    and torch.sym_* do not resolve (a forged entry cannot call torch.load or os.system)."""
+    from torchkiln.aot import graph_json
+
+    assert graph_json._target_from_json(["op", "aten", "mm", "default"]) is torch.ops.aten.mm.default
+    for bad in (["fn", "torch", "load"], ["fn", "torch", "os.system"], ["fn", "operator", "__import__"],
+                ["op", "aten", "mm", "__class__"], ["op", "load_library", "a", "b"]):
+        with pytest.raises((ValueError, AttributeError)):
+            graph_json._target_from_json(bad)

@@ -5,8 +5,8 @@ from the cache still hands compiled autograd its backward ATen graph to trace (a
 compile does, through ``make_autograd_function(bw_module=)``).
 
 Covered: placeholder / call_function / output nodes; targets that are ATen-style
-operator overloads (``torch.ops.<ns>.<op>.<overload>``), ``operator`` functions and
-``torch``/``math`` functions found by qualified name; arguments built from nodes,
+operator overloads (``torch.ops.<ns>.<op>.<overload>``), ``operator`` and ``math``
+functions and ``torch.sym_*`` found by name (nothing else resolves); arguments built from nodes,
 ``None``/bool/int/float/str, lists, tuples, dicts with str keys, ``torch.dtype``,
 ``torch.device``, ``torch.layout``, ``torch.memory_format``.  Anything else (tensor
 constants, submodules) raises :class:`ValueError`: the caller stores no graph.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 
 import torch
 import torch.fx
@@ -38,16 +39,29 @@ def _target_to_json(target) -> list:
 
 
 def _lookup(root: str, qualname: str):
-    obj = _MODULES[root]
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    return obj
+    """``root.qualname`` where it is a function a graph may call (else None): any public
+    ``operator``/``math`` function, and from ``torch`` only the SymInt helpers
+    (``torch.sym_*``): data that names ``torch.load``, ``torch.os.system`` or another
+    module's attribute resolves to nothing, so stored data can call no other code."""
+    if root not in _MODULES or "." in qualname or not qualname.isidentifier():
+        return None
+    if root == "torch" and not re.fullmatch(r"_?sym_\w+", qualname):
+        return None
+    if root != "torch" and qualname.startswith("_"):
+        return None
+    obj = getattr(_MODULES[root], qualname, None)
+    return obj if callable(obj) and not isinstance(obj, type) else None
 
 
 def _target_from_json(t: list):
     if t[0] == "op":
         _, ns, name, overload = t
-        return getattr(getattr(getattr(torch.ops, ns), name), overload)
+        if not all(isinstance(p, str) and p.isidentifier() and not p.startswith("__") for p in (ns, name, overload)):
+            raise ValueError(f"bad operator name {t!r}")
+        op = getattr(getattr(getattr(torch.ops, ns), name), overload)
+        if not isinstance(op, torch._ops.OpOverload):
+            raise ValueError(f"{ns}.{name}.{overload} is not an operator overload")
+        return op
     target = _lookup(t[1], t[2])
     if target is None:
         raise ValueError(f"no {t[1]}.{t[2]}")
