@@ -25,6 +25,12 @@ time holds torch.compile's work only.
 tar -x -C DIR``), cold and warm alike, interleaved with the others in every round, so
 a before/after comparison sees the same machine load.
 
+``--floor`` adds ``eager``: a process that imports torch (not torchkiln), builds the
+model and runs eager's first step, timed the same way: the part of every variant's time
+that is not compiling (interpreter, ``import torch``, the model, the optimizer's
+``torch._dynamo`` import in training rows, the step itself); kiln minus eager is what
+torchkiln's warm start adds.
+
 ``--keep DIR`` keeps the caches under ``DIR/<model>-<mode>``; a later run with the
 same ``DIR`` skips the peer's cold process where its caches exist (torch.compile's
 caches do not depend on torchkiln's sources; torchkiln's keys do, so its cold process
@@ -56,10 +62,26 @@ def _stub_packages() -> None:
         sys.modules[name] = module
 
 
+def eager_worker(spec: dict) -> dict:
+    """The floor: eager's first step in a new process, the model built as the others do."""
+    import copy
+
+    from torchkiln.bench import measure, run
+
+    with measure.threads(spec["threads"]):
+        work = run.build(spec["model"], spec["device"])
+        model = copy.deepcopy(copy.deepcopy(work.model))
+        measure.timed(run._Step(model, model, work, spec["mode"], spec["device"]).first, spec["device"])
+        seconds = time.time() - spec["spawn_time"]
+    return {"s": seconds, "status": "ok", "error": "", "hits": None, "graphs": 0}
+
+
 def worker(spec: dict) -> dict:
     """One process: one variant's first step, timed from ``spec["spawn_time"]``."""
-    if spec["variant"] == "peer":
+    if spec["variant"] in ("peer", "eager"):
         _stub_packages()
+    if spec["variant"] == "eager":
+        return eager_worker(spec)
     from torchkiln.bench import run
 
     run._peak_memory = lambda *a, **k: None  # not measured here: only the first step
@@ -116,23 +138,26 @@ def geomean(values):
 def measure_row(model: str, mode: str, args, pycache: str | None) -> dict:
     kinds = {"nowrite": [("kiln", None)], "write": [("kiln_pyc", pycache)],
              "both": [("kiln", None), ("kiln_pyc", pycache)]}[args.bytecode]
+    cold_pyc = kinds[-1][1]  # the cold processes write .pyc files where a warm variant reads them
     if args.base:
         kinds = [("base", kinds[0][1])] + kinds
+    if args.floor:
+        kinds = kinds + [("eager", None)]
     repos = {"base": args.base}
     cache = os.path.join(args.keep, f"{model}-{mode}") if args.keep else tempfile.mkdtemp(prefix="tk-warm-")
     os.makedirs(cache, exist_ok=True)
     row = {"model": model, "mode": mode}
     if args.base:
-        row["base_cold"] = spawn(model, mode, "kiln", cache, args, kinds[-1][1], args.timeout, args.base)
-    row["kiln_cold"] = spawn(model, mode, "kiln", cache, args, kinds[-1][1], args.timeout)
+        row["base_cold"] = spawn(model, mode, "kiln", cache, args, cold_pyc, args.timeout, args.base)
+    row["kiln_cold"] = spawn(model, mode, "kiln", cache, args, cold_pyc, args.timeout)
     if not os.path.isdir(os.path.join(cache, "inductor")) or not args.keep:
         row["peer_cold"] = spawn(model, mode, "peer", cache, args, None, args.timeout)
     samples = {name: [] for name, _ in kinds}
     samples["peer"] = []
     for _ in range(args.warm):
         for name, prefix in kinds + [("peer", None)]:
-            samples[name].append(spawn(model, mode, "peer" if name == "peer" else "kiln", cache, args, prefix,
-                                       args.timeout, repos.get(name) or REPO))
+            samples[name].append(spawn(model, mode, name if name in ("peer", "eager") else "kiln", cache, args,
+                                       prefix, args.timeout, repos.get(name) or REPO))
     for name, results in samples.items():
         times = [r["s"] for r in results if r.get("s") is not None and r.get("status") == "ok"]
         bad = [r for r in results if r.get("status") != "ok"]
@@ -167,11 +192,12 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--keep", metavar="DIR")
     p.add_argument("--base", metavar="DIR", help="also torchkiln from this source tree (before/after)")
+    p.add_argument("--floor", action="store_true", help="also eager's first step in a new process (the floor)")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     pycache = tempfile.mkdtemp(prefix="tk-pyc-")
     kinds = ["kiln"] if args.bytecode == "nowrite" else ["kiln_pyc"] if args.bytecode == "write" else ["kiln", "kiln_pyc"]
-    kinds = ["base"] * bool(args.base) + kinds
+    kinds = ["base"] * bool(args.base) + kinds + ["eager"] * args.floor
     rows = []
     print(f"{'model':12} {'mode':9} " + " ".join(f"{k + ' s':>9}" for k in kinds) + f" {'peer s':>8} "
           + " ".join(f"{k + '/peer':>13}" for k in kinds) + "  hits  notes", flush=True)
@@ -183,7 +209,7 @@ def main(argv=None) -> int:
             fmt = lambda v, spec: format(v, spec) if v is not None else "-"
             print(f"{model:12} {mode:9} " + " ".join(f"{fmt(row[k], '9.2f')}" for k in kinds)
                   + f" {fmt(row['peer'], '8.2f')} " + " ".join(f"{fmt(row.get(k + '/peer'), '13.3f')}" for k in kinds)
-                  + "  " + " ".join(str(row.get(k + "_hits")) for k in kinds if k != "peer") + f"  {notes}", flush=True)
+                  + "  " + " ".join(str(row.get(k + "_hits")) for k in kinds if k != "eager") + f"  {notes}", flush=True)
     summary = {k: geomean([r.get(f"{k}/peer") for r in rows]) for k in kinds}
     worst = {k: max((r.get(f"{k}/peer") or 0 for r in rows), default=None) for k in kinds}
     print("geomean " + ", ".join(f"{k}/peer {fmt(v, '.3f')} (worst row {fmt(worst[k], '.3f')})"

@@ -28,6 +28,7 @@ graphs the key cannot describe, a backward whose compile failed.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import sys
 
@@ -335,15 +336,18 @@ def save(key: str, meta: ViewAndMutationMeta, parts: dict) -> bool:
                 if k is None:
                     raise BypassAOTAutogradCache(f"the {name} graph was not saved in the FX graph cache")
                 graphs[name] = k
-        facts = {k: v for k, v in parts.items() if k not in ("fw", "bw", "inference")}
+        facts = {k: v for k, v in parts.items() if k not in ("fw", "bw", "inference", "bw_graph")}
         body = {"graphs": graphs, "meta": meta_to_json(meta), "facts": facts}
+        blobs = {}
+        if parts.get("bw_graph") is not None:  # a blob: a hit parses it only if compiled autograd traces it
+            blobs["bw_graph"] = json.dumps(parts["bw_graph"], separators=(",", ":")).encode()
         pending = _pending_shapes.pop(key, None)
         if pending is not None:
             env, n_guards, n_asserts = pending
             if _num_deferred_asserts(env) != n_asserts:
                 raise BypassAOTAutogradCache("compiling added deferred runtime asserts on sizes")
             body["shape_guards"] = [_guard_text(g.expr) for g in env.guards[n_guards:]]
-        payload = cache_entry.pack(body)
+        payload = cache_entry.pack(body, blobs)
     except BypassCache as e:
         _bypass(str(e))
         return False
@@ -358,12 +362,14 @@ class _GuardsDoNotHold(Exception):
 
 def load(key: str, aot_config):
     """``(meta, graphs, facts)`` of the entry under ``key`` with every graph loaded
-    (``graphs``: name → compiled callable), or None; counts the hit or miss."""
+    (``graphs``: name → compiled callable), or None; counts the hit or miss.
+    ``facts["bw_graph"]``: the backward ATen graph as JSON bytes (parsed by the caller
+    when it needs the graph: :func:`load_bw_graph`), or None."""
     payload = get_store().get(NAMESPACE, key)
     found = None
     if payload is not None:
         try:
-            entry, _ = cache_entry.unpack(payload)
+            entry, blobs = cache_entry.unpack(payload)
             meta = meta_from_json(entry["meta"])
             pending = _pending_shapes.get(key)
             if entry.get("shape_guards") and (pending is None or not _replay_guards(entry["shape_guards"], pending[0])):
@@ -376,7 +382,7 @@ def load(key: str, aot_config):
                 if graphs[name] is None:
                     break
             else:
-                found = (meta, graphs, entry["facts"])
+                found = (meta, graphs, {**entry["facts"], "bw_graph": blobs.get("bw_graph")})
                 _pending_shapes.pop(key, None)
         except _GuardsDoNotHold:  # compiled for other sizes: a plain miss
             pass

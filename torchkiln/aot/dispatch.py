@@ -8,7 +8,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import itertools
+import json
 from typing import Callable, Optional
 
 import torch
@@ -16,7 +18,7 @@ import torch
 from ..utils.counters import counters
 from ..utils import trace
 from ..utils.logging import get_artifact_logger
-from . import autograd_cache, graph_json
+from . import autograd_cache
 from .analysis import ViewAndMutationMeta, run_analysis
 from .broadcast_tangents import broadcast_positions, with_broadcast_tangents
 from .config import config
@@ -129,27 +131,33 @@ def _load_runtime(cache_key: str, aot_config: AOTConfig) -> Optional[Callable]:
         bw = graphs["bw"]
         # Backwards for stride-0 tangents need the compiled backward for them, which a hit
         # does not have: tangents are made contiguous instead (same values).  The backward
-        # ATen graph (stored as JSON data) is what compiled autograd traces, as on a cold compile.
+        # ATen graph (stored as JSON data) is what compiled autograd traces, as on a cold
+        # compile; it is parsed when compiled autograd first asks for it, not here.
+        data = facts.get("bw_graph")
         fn_cls = make_autograd_function(graphs["fw"], lambda broadcast=(): bw, meta, facts["num_saved_tensors"],
                                         facts["num_fw_outs"], forward_in_grad_mode=facts["forward_in_grad_mode"],
-                                        bw_module=_load_bw_graph(facts.get("bw_graph")))
+                                        load_bw_module=None if data is None else functools.cache(
+                                            lambda: _load_bw_graph(data)))
         runtime = _autograd_wrapper(fn_cls, meta)
     runtime.meta = meta
     runtime.cache_key = cache_key  # where it came from (capture's warm start records it)
     return runtime
 
 
-def _load_bw_graph(data) -> Optional[torch.fx.GraphModule]:
-    if data is None:
-        return None
+def _load_bw_graph(data: bytes) -> Optional[torch.fx.GraphModule]:
+    """The backward ATen graph of an AOT autograd cache entry (JSON bytes), or None."""
+    from . import graph_json
+
     try:
-        return graph_json.graph_from_json(data)
+        return graph_json.graph_from_json(json.loads(data))
     except (ValueError, KeyError, AttributeError, TypeError) as e:  # data of another torch: no graph
         log.debug("AOT autograd cache: the stored backward graph does not load (%s)", e)
         return None
 
 
 def _bw_graph_data(bw_gm: torch.fx.GraphModule):
+    from . import graph_json
+
     try:
         return graph_json.graph_to_json(bw_gm)
     except ValueError as e:  # compiled autograd calls this backward instead of tracing it

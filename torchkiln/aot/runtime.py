@@ -49,7 +49,8 @@ class _NoDoubleBackward(torch.autograd.Function):
 
 def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], meta: ViewAndMutationMeta,
                            num_saved_tensors: int, num_fw_outs: int, forward_in_grad_mode: bool = False,
-                           broadcast_ok: frozenset = frozenset(), bw_module: torch.fx.GraphModule | None = None):
+                           broadcast_ok: frozenset = frozenset(), bw_module: torch.fx.GraphModule | None = None,
+                           load_bw_module: Callable[[], torch.fx.GraphModule | None] | None = None):
     """The ``autograd.Function`` class for one compiled forward/backward pair.
 
     ``forward(ctx, *args)`` takes the graph inputs (tensors and SymInts) and returns the
@@ -63,6 +64,10 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
     produce what their backward needs when it is (oneDNN RNN layers' workspace).
     ``bw_module``: the backward ATen graph; compiled autograd traces it into the graph of
     the whole backward (``_torchkiln_trace_backward``) instead of calling the compiled one.
+    ``load_bw_module``: instead of ``bw_module``, a function returning it (or None: it
+    does not load; compiled autograd then calls the compiled backward), called when
+    compiled autograd first traces this backward (an AOT autograd cache hit parses the
+    stored graph only then).
     """
     diff_mask = meta.fw_output_differentiable()
     mutated_data = [i for i in meta.mutated_inputs if meta.inputs[i].mutates_data]
@@ -124,14 +129,17 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
             # The saved SymInts are baked into a compiled-autograd capture: part of its key.
             return (ctx._autograd_function_id, *(int(s) for s in ctx.saved_syms))
 
-        if bw_module is not None:
+        if bw_module is not None or load_bw_module is not None:
             @staticmethod
             def _torchkiln_trace_backward(ctx, saved_tensors, grad_outs):
+                module = bw_module if bw_module is not None else load_bw_module()
+                if module is None:  # compiled autograd falls back to calling the compiled backward
+                    raise RuntimeError("the stored backward graph does not load")
                 tangents = []
                 grads_in = (g for g, d in zip(grad_outs, diff_mask) if d)
                 for g, (shape, dtype, device) in zip(grads_in, ctx.tangent_meta):
                     tangents.append(torch.zeros(shape, dtype=dtype, device=device) if g is None else g.contiguous())
-                grads = list(bw_module(*ctx.saved_syms, *saved_tensors, *tangents))
+                grads = list(module(*ctx.saved_syms, *saved_tensors, *tangents))
                 return tuple(grads) + (None,) * (ctx.num_args - len(grads))
 
     return CompiledFunction

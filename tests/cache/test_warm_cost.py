@@ -1,0 +1,52 @@
+"""What a warm start spends: work a cache hit does not need is not done on load.
+
+(Timings live in benchmarks/warm_start_bench.py; these tests check the work itself.)
+"""
+import pytest
+import torch
+
+import torchkiln
+from torchkiln import counters
+from torchkiln.aot import graph_json
+from torchkiln.compiled_autograd import protocol
+
+
+def _train_step(model, x):
+    model.zero_grad()
+    torchkiln.compile(model)(x).sum().backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.skipif(protocol.unverified_reason() is not None, reason=str(protocol.unverified_reason()))
+def test_backward_graph_is_parsed_only_when_compiled_autograd_traces_it(monkeypatch):
+    """An AOT autograd cache hit keeps the backward ATen graph as bytes: a plain
+    ``.backward()`` never parses it; compiled autograd parses it once, on first trace."""
+    parsed = []
+    original = graph_json.graph_from_json
+    monkeypatch.setattr(graph_json, "graph_from_json", lambda data: parsed.append(1) or original(data))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    x = torch.randn(3, 4)
+    model(x).sum().backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+
+    torchkiln.reset()
+    _train_step(model, x)  # cold: compiles, saves the entry with its backward graph
+    torchkiln.reset()
+    counters.clear()
+    for got, want in zip(_train_step(model, x), expected):
+        torch.testing.assert_close(got, want)
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 1
+    assert parsed == []
+
+    traced = []
+    torchkiln.reset()
+    try:
+        with torchkiln.compiled_autograd.enable(lambda gm: traced.append(gm) or gm):
+            for _ in range(2):
+                for got, want in zip(_train_step(model, x), expected):
+                    torch.testing.assert_close(got, want)
+    finally:
+        torchkiln.compiled_autograd.reset()
+    assert parsed == [1]
+    assert traced and torch.ops.aten.mm.default in [n.target for n in traced[0].graph.nodes]
