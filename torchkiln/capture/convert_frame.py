@@ -31,7 +31,7 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, backend:
     "skip frame") and no graph is counted.
     """
     f_locals = bind_locals(fn, args, kwargs)
-    entry, warm_key = warm_start.lookup(fn, f_locals, backend, fullgraph, dynamic)
+    entry, warm_key = warm_start.lookup(fn, f_locals, backend, fullgraph, dynamic, compile_wrapper)
     if entry is not None:  # installed from a frame record of an earlier process: no capture
         return entry
     # imported on the first capture: symbolic_convert pulls in the variable trackers,

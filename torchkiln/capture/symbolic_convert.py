@@ -1402,8 +1402,12 @@ class InstructionTranslator(InstructionTranslatorBase):
         fn = self.fn
         lineno = self.lineno
 
+        brk = {"stack": [v for v in stack_vts if not isinstance(v, NullVariable)], "cells": cell_names,
+               "locals": [self.symbolic_locals[n] for n in local_names if n not in cell_names], "resume": []}
+
         def resume_at(index, extra_nulls):
             pos = self.positions[index]
+            brk["resume"].append((pos, stack_nulls + extra_nulls, local_names, lineno, cell_names, False))
             rfn = resume_function(fn, pos, stack_nulls + extra_nulls, local_names, lineno, cell_names)
             return wrapper(rfn)
 
@@ -1412,14 +1416,17 @@ class InstructionTranslator(InstructionTranslatorBase):
             # Inside try/with: an exception of the breaking call (or of the branch's bool())
             # is re-raised inside the same exception-table range of a native copy of the
             # frame, so the frame's own handlers see it as eagerly (see resume_code).
-            handler = wrapper(resume_function(fn, self.positions[self._instruction_start(ip)], stack_nulls,
-                                              local_names, lineno, cell_names, raising=True))
+            handler_pos = self.positions[self._instruction_start(ip)]
+            brk["handler"] = (handler_pos, stack_nulls, local_names, lineno, cell_names, True)
+            handler = wrapper(resume_function(fn, handler_pos, stack_nulls, local_names, lineno, cell_names,
+                                              raising=True))
         if name in ("CALL", "CALL_FUNCTION_EX"):
             fn_r = cg.recipe(fn_vt)
             arg_rs = [cg.recipe(a) for a in arg_vts]
             kw_rs = {k: cg.recipe(v) for k, v in kw_vts.items()}
             resume = resume_at(ip + 1, [False])
             star = name == "CALL_FUNCTION_EX"
+            brk.update(kind="call_ex" if star else "call", fn=fn_vt, args=arg_vts, kwargs=kw_vts)
 
             def step(rt, values):
                 target = wrap_callee(fn_r(rt), wrapper)
@@ -1431,12 +1438,14 @@ class InstructionTranslator(InstructionTranslatorBase):
                 return values + [result], resume
         elif name == "BEFORE_WITH":
             mgr_r = cg.recipe(mgr_vt)
+            brk["kind"] = "with"
             resume = resume_at(ip + 1, [False, False])
 
             def step(rt, values):
                 return values + list(enter_context(mgr_r(rt))), resume
         elif name == "WITH_EXCEPT_START":
             resume = resume_at(ip + 1, [False])
+            brk["kind"] = "with_exit"
 
             def step(rt, values):  # stack: exit, lasti, exception handled before, exception
                 exit_, exc = values[-4], values[-1]
@@ -1453,6 +1462,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             keep = name.startswith("JUMP_IF")
             on_jump = resume_at(jump_index, [False] if keep else [])
             fall = resume_at(ip + 1, [])
+            brk.update(kind="jump", cond=cond_vt, jump_if=jump_if, keep=keep)
 
             def step(rt, values):
                 value = cond_r(rt)
@@ -1462,7 +1472,9 @@ class InstructionTranslator(InstructionTranslatorBase):
         side = self._epilogue(self.output.side_effects.replay_recipe(cg))
         compiled, gm = self.output.compile(self.backend, cg.outputs, self.fullgraph)
         run = breaking_code(compiled, cg.inputs_getter(), cg.read_sources(), side, stack_recipes, local_recipes, step, handler)
-        return self._entry(run, gm, [reason])
+        entry = self._entry(run, gm, [reason])
+        entry.warm = warm_start.describe_break(self, cg, compiled, side, brk)  # the frame record (warm start)
+        return entry
 
     def _instruction_start(self, ip):
         """Index of the first instruction of the breaking instruction ``ip`` (a CALL's
@@ -1513,13 +1525,21 @@ class InstructionTranslator(InstructionTranslatorBase):
             stack_recipes.append(r)
         local_names, local_recipes, cell_names = self._live_locals(cg)
         resume = resume_function(self.fn, self.positions[start], stack_nulls, local_names, self.lineno, cell_names)
+        kept = [v for v in stack_vts if not isinstance(v, NullVariable)]
+        brk = {"kind": "native", "stack": kept, "cells": cell_names,
+               "locals": [self.symbolic_locals[n] for n in local_names if n not in cell_names],
+               "resume": [(self.positions[start], stack_nulls, local_names, self.lineno, cell_names, False)],
+               "callee": None if callee_slot is None else  # its index among the non-NULL values
+               sum(not isinstance(v, NullVariable) for v in stack_vts[:callee_slot])}
 
         def step(rt, values):
             return values, resume  # runs natively: not through compile_wrapper
         side = self._epilogue(self.output.side_effects.replay_recipe(cg))
         compiled, gm = self.output.compile(self.backend, cg.outputs, self.fullgraph)
         run = breaking_code(compiled, cg.inputs_getter(), cg.read_sources(), side, stack_recipes, local_recipes, step)
-        return self._entry(run, gm, [reason])
+        entry = self._entry(run, gm, [reason])
+        entry.warm = warm_start.describe_break(self, cg, compiled, side, brk)  # the frame record (warm start)
+        return entry
 
     def _calls_frame_builtin(self, argc):
         """Whether the breaking CALL's callee reads its caller's frame (``locals()``,

@@ -429,8 +429,64 @@ def _describe_names(names: set[str], env: dict, prefix: str, out: dict) -> None:
 def describe(tx, cg, compiled, side, result_vt):
     """The frame record of a capture that ran to its end (a dict), or the reason it has
     none (a str).  Called by the root translator after its guard is built."""
+    return _describe(tx, cg, compiled, side, lambda consts, seen: {"result": _value_expr(cg, result_vt, consts, seen)})
+
+
+def describe_break(tx, cg, compiled, side, brk: dict):
+    """The frame record of a capture that ended at a graph break (a dict), or the reason
+    it has none (a str).  ``brk``: what the transformed code does after the graph (see
+    ``finish_break``): ``kind`` (``call``, ``call_ex``, ``jump`` or ``native``), the
+    non-NULL ``stack`` and the ``locals`` trackers handed to the resume function, the
+    call's ``fn``/``args``/``kwargs`` or the branch's ``cond``/``jump_if``/``keep``, the
+    native tail's ``callee`` (index into ``stack``), and the ``resume`` and ``handler``
+    functions as the arguments of :func:`~.resume.resume_function` (the resume frames
+    get records of their own, keyed by their generated code)."""
+    if brk.get("cells"):
+        return "cells live at a graph break"
+
+    def exprs(consts, seen):
+        value = lambda vt: _value_expr(cg, vt, consts, seen)  # noqa: E731
+        out = {"kind": brk["kind"], "stack": [value(v) for v in brk["stack"]],
+               "locals": [value(v) for v in brk["locals"]], "resume": [_resume_spec(r) for r in brk["resume"]],
+               "handler": _resume_spec(brk["handler"]) if brk.get("handler") is not None else None}
+        if brk["kind"] in ("call", "call_ex"):
+            out["fn"] = value(brk["fn"])
+            out["args"] = [value(v) for v in brk["args"]]
+            out["kwargs"] = {k: value(v) for k, v in brk["kwargs"].items()}
+            if not all(_plain_attr(k) or (brk["kind"] == "call_ex" and k == "**") for k in out["kwargs"]):
+                raise NotRecordable("a keyword argument name records cannot hold")
+        elif brk["kind"] == "jump":
+            out["cond"], out["jump_if"], out["keep"] = value(brk["cond"]), bool(brk["jump_if"]), bool(brk["keep"])
+        elif brk["kind"] == "native":
+            out["callee"] = brk["callee"]
+        else:
+            raise NotRecordable(f"a graph break at {brk['kind']}")
+        return {"result": None, "break": out}
+    return _describe(tx, cg, compiled, side, exprs, allow_no_graph=True)
+
+
+def _resume_spec(spec) -> list:
+    pos, nulls, names, lineno, cells, raising = spec
+    if cells:
+        raise NotRecordable("cells live at a graph break")
+    return [int(pos), [bool(n) for n in nulls], list(names), int(lineno), bool(raising)]
+
+
+def _break_exprs(brk: dict) -> list:
+    """Every expression of a record's break (checked with the guards)."""
+    texts = list(brk["stack"]) + list(brk["locals"])
+    if brk["kind"] in ("call", "call_ex"):
+        texts += [brk["fn"], *brk["args"], *brk["kwargs"].values()]
+    elif brk["kind"] == "jump":
+        texts.append(brk["cond"])
+    return texts
+
+
+def _describe(tx, cg, compiled, side, exprs, allow_no_graph=False):
     aot_key = getattr(compiled, "aot_cache_key", None)
-    if not isinstance(aot_key, str):
+    if allow_no_graph and tx.output.count_ops() == 0 and not cg.outputs:
+        aot_key = None  # nothing to run before the break
+    elif not isinstance(aot_key, str):
         return "the compiled graph is not in the AOT autograd cache"
     out = tx.output
     if out.symbol_sources:
@@ -445,15 +501,18 @@ def describe(tx, cg, compiled, side, result_vt):
             code = _deref_calls(p.code)
             _describe_names(check_expr(code), g.env, "___c", names)
             parts.append([code, list(p.size_of) if p.size_of is not None else None])
-        inputs = [_deref_calls(i.source) for i in out.inputs]
+        inputs = [_deref_calls(i.source) for i in out.inputs] if aot_key is not None else []
         for s in inputs:
             _describe_names(check_expr(s), g.env, "___c", names)
         consts: dict = {}
-        result = _result_expr(cg, result_vt, consts, set())
+        rec = exprs(consts, set())
         stores = _describe_side_effects(tx, consts) if side is not None else []
         for name, value in consts.items():
             g.env[name] = value
-        _describe_names(check_expr(result), g.env, "___", names)
+        texts = ([rec["result"]] if rec["result"] is not None else []) + (
+            _break_exprs(rec["break"]) if "break" in rec else [])
+        for text in texts:
+            _describe_names(check_expr(text), g.env, "___", names)
         for target, _, value_name in stores:
             _describe_names(check_expr(target) | {value_name}, g.env, "___", names)
         inlined = _describe_inlined(tx.fn.__code__, getattr(out, "inlined", ()))
@@ -461,8 +520,8 @@ def describe(tx, cg, compiled, side, result_vt):
         return str(e)
     except Exception as e:  # noqa: BLE001 - describing must never break a capture
         return f"{type(e).__name__}: {e}"
-    return {"aot_key": aot_key, "guards": parts, "inputs": inputs, "result": result, "names": names,
-            "inlined": inlined, "stores": stores}
+    return {"aot_key": aot_key, "guards": parts, "inputs": inputs, "names": names, "inlined": inlined,
+            "stores": stores, **rec}
 
 
 def _describe_side_effects(tx, consts: dict) -> list:
@@ -521,8 +580,48 @@ def _deref_calls(code: str) -> str:
     return ast.unparse(_DerefCalls().visit(ast.parse(code, mode="eval")))
 
 
-def _result_expr(cg, vt, consts: dict, seen: set) -> str:
-    from .variables.base import ConstantVariable
+def _source_first_reconstructs() -> frozenset:
+    """The trackers' ``reconstruct`` methods that read ``vt.source`` when it has one (the
+    value as the frame found it; its mutations would be side effects, not recorded)."""
+    from .variables.base import VariableTracker
+    from .variables.builtin import BuiltinVariable
+    from .variables.containers import BaseListVariable, DequeVariable, DictVariable, SetVariable
+    from .variables.functions import UserFunctionVariable
+    from .variables.nn_module import NNModuleVariable
+    from .variables.user_defined import ModelOutputVariable, UserDefinedClassVariable, UserDefinedObjectVariable
+
+    return frozenset(c.reconstruct for c in (VariableTracker, BuiltinVariable, BaseListVariable, DequeVariable,
+                                             DictVariable, SetVariable, UserFunctionVariable, NNModuleVariable,
+                                             ModelOutputVariable, UserDefinedClassVariable, UserDefinedObjectVariable))
+
+
+def _value_reconstructs() -> tuple:
+    """``(always, sourceless)``: the ``reconstruct`` methods that give the tracker's
+    ``value`` itself always, and those that give it when the tracker has no source."""
+    from .variables.builtin import BuiltinVariable
+    from .variables.functions import UserFunctionVariable
+    from .variables.torch_fns import TorchVariable
+    from .variables.user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
+
+    return (frozenset((TorchVariable.reconstruct, PythonModuleVariable.reconstruct)),
+            frozenset(c.reconstruct for c in (BuiltinVariable, UserFunctionVariable, UserDefinedClassVariable,
+                                              UserDefinedObjectVariable)))
+
+
+def _const_expr(value, consts: dict) -> str:
+    if _plain(value) and _same(ast.literal_eval(repr(value)), value):
+        return repr(value)
+    encode(value)
+    name = f"___r{len(consts)}"
+    consts[name] = value
+    return name
+
+
+def _value_expr(cg, vt, consts: dict, seen: set) -> str:
+    """``vt``'s value at run time as an expression over ``L``, ``G``, the graph outputs
+    ``___o`` and constants (added to ``consts``), giving what capture's recipe for ``vt``
+    gives (:meth:`RuntimeCodegen.recipe`); raises NotRecordable for any other tracker."""
+    from .variables.base import ConstantVariable, MethodVariable
     from .variables.containers import ListVariable, SizeVariable, TupleVariable
     from .variables.tensor import TensorVariable
 
@@ -534,23 +633,18 @@ def _result_expr(cg, vt, consts: dict, seen: set) -> str:
             return vt.source
         idx = cg._out_index.get(vt.node)
         if idx is None:
-            raise NotRecordable("a result tensor that is not a graph output")
+            raise NotRecordable("a tensor that is not a graph output")
         return f"___o[{idx}]"
     if cls is ConstantVariable:
-        value = vt.value
-        if _plain(value) and _same(ast.literal_eval(repr(value)), value):
-            return repr(value)
-        encode(value)
-        name = f"___r{len(consts)}"
-        consts[name] = value
-        return name
+        return _const_expr(vt.value, consts)
+    reconstruct = cls.reconstruct
     if cls in (TupleVariable, ListVariable, SizeVariable):
         if cls is not SizeVariable and vt.source is not None:
             return vt.source
         if id(vt) in seen:
             raise NotRecordable("one container twice in the result")
         seen.add(id(vt))
-        items = [_result_expr(cg, i, consts, seen) for i in vt.items]
+        items = [_value_expr(cg, i, consts, seen) for i in vt.items]
         if cls is ListVariable:
             return "[" + ", ".join(items) + "]"
         text = "(" + "".join(i + ", " for i in items) + ")"
@@ -564,10 +658,17 @@ def _result_expr(cg, vt, consts: dict, seen: set) -> str:
         encode(vt.cls)
         name = f"___m{len(consts)}"
         consts[name] = vt.cls
-        fields = [f"{k}={_result_expr(cg, v, consts, seen)}" for k, v in vt.fields.items()]
+        fields = [f"{k}={_value_expr(cg, v, consts, seen)}" for k, v in vt.fields.items()]
         if not all(_plain_attr(k) for k in vt.fields):
             raise NotRecordable("a ModelOutput field name records cannot hold")
         return f"{name}(" + ", ".join(fields) + ")"
+    if isinstance(getattr(vt, "source", None), str) and reconstruct in _source_first_reconstructs():
+        return vt.source
+    if cls is MethodVariable and _plain_attr(vt.name):
+        return f"{_value_expr(cg, vt.obj, consts, seen)}.{vt.name}"
+    always, sourceless = _value_reconstructs()
+    if reconstruct in always or (getattr(vt, "source", None) is None and reconstruct in sourceless):
+        return _const_expr(vt.value, consts)
     raise NotRecordable(f"a {cls.__name__} in the frame's result")
 
 
@@ -687,7 +788,7 @@ def record(key: str, entry: CacheEntry) -> None:
     counters["warm_start"]["saved"] += 1
 
 
-def lookup(fn: types.FunctionType, f_locals: dict, backend, fullgraph: bool, dynamic) -> tuple:
+def lookup(fn: types.FunctionType, f_locals: dict, backend, fullgraph: bool, dynamic, compile_wrapper=None) -> tuple:
     """``(entry, key)``: an entry installed from a frame record whose guards pass on
     ``f_locals`` (or None: capture), and the frame key to record the capture under
     (None: this frame is not recorded).  Never raises."""
@@ -712,7 +813,7 @@ def lookup(fn: types.FunctionType, f_locals: dict, backend, fullgraph: bool, dyn
     reason = "no record"
     for rec in records:
         try:
-            entry = _install(fn, f_locals, rec, protocol)
+            entry = _install(fn, f_locals, rec, protocol, compile_wrapper)
         except _Bypass as b:
             reason = str(b)
             continue
@@ -728,7 +829,7 @@ def lookup(fn: types.FunctionType, f_locals: dict, backend, fullgraph: bool, dyn
     return None, key
 
 
-def _install(fn, f_locals, rec: dict, protocol) -> CacheEntry:
+def _install(fn, f_locals, rec: dict, protocol, compile_wrapper=None) -> CacheEntry:
     from .guards import global_state
 
     for item in rec["inlined"]:
@@ -768,21 +869,31 @@ def _install(fn, f_locals, rec: dict, protocol) -> CacheEntry:
         if not (isinstance(store, list) and len(store) == 3 and _plain_attr(store[1])
                 and isinstance(store[2], str) and store[2].startswith("___s") and store[2] in env):
             raise NotRecordable(f"a side effect records cannot hold: {str(store)[:80]}")
-    check_exprs([code for code, _ in rec["guards"]] + list(rec["inputs"]) + [rec["result"]]
-                + [store[0] for store in stores])
+    brk = rec.get("break")
+    if brk is not None:
+        _check_break(brk, compile_wrapper)
+    result = [] if brk is not None else [rec["result"]]
+    check_exprs([code for code, _ in rec["guards"]] + list(rec["inputs"]) + result
+                + (_break_exprs(brk) if brk is not None else []) + [store[0] for store in stores])
     guard = _RecordGuard(env, rec["guards"])
     if not guard.check(f_locals):
         raise _Bypass(f"guard failed: {guard.failure_reason(f_locals)}")
-    compiled = protocol.load(rec["aot_key"])
-    if compiled is None:
-        raise _Bypass("graph not in the cache")
+    if brk is not None and rec["aot_key"] is None and not rec["inputs"]:
+        compiled = None  # no graph before the break
+    else:
+        compiled = protocol.load(rec["aot_key"])
+        if compiled is None:
+            raise _Bypass("graph not in the cache")
     unsafe_call = getattr(compiled, "unsafe_call", None)
     if unsafe_call is not None:  # the graph mutates inputs: aliased ones make the guard fail
         inputs_of = _inputs_function(rec["inputs"], env)
         guard = _RecordGuard(env, rec["guards"], unsafe=lambda L: unsafe_call(inputs_of(L)))
         if not guard.check(f_locals):
             raise _Bypass(f"guard failed: {guard.failure_reason(f_locals)}")
-    run = _run_function(compiled, rec["inputs"], rec["result"], env, stores)
+    if brk is not None:
+        run = _break_run_function(fn, compiled, rec["inputs"], brk, env, stores, compile_wrapper)
+    else:
+        run = _run_function(compiled, rec["inputs"], rec["result"], env, stores)
     entry = CacheEntry(guard=guard, fn=lambda *args, **kwargs: run(bind_locals(fn, args, kwargs)), run=run)
     entry.warm = rec
     return entry
@@ -816,6 +927,114 @@ def _run_function(compiled, inputs: list, result: str, env: dict, stores: list =
     namespace = dict(env, ___compiled=compiled, ___setattr=setattr)
     exec(compile("\n".join(lines) + "\n", "<torchkiln warm start>", "exec"), namespace)  # noqa: S102 - checked
     return namespace["___run"]
+
+
+_BREAK_KINDS = {"call": 1, "call_ex": 1, "jump": 2, "native": 1}  # resume functions per kind
+
+
+def _check_break(brk, compile_wrapper) -> None:
+    """Raises NotRecordable unless ``brk`` has the shape :func:`describe_break` writes."""
+    def spec_ok(spec):
+        return (isinstance(spec, list) and len(spec) == 5 and type(spec[0]) is int and spec[0] >= 0
+                and isinstance(spec[1], list) and all(type(n) is bool for n in spec[1])
+                and isinstance(spec[2], list) and all(isinstance(n, str) and n.isidentifier() for n in spec[2])
+                and type(spec[3]) is int and type(spec[4]) is bool)
+
+    kind = brk.get("kind") if isinstance(brk, dict) else None
+    ok = (kind in _BREAK_KINDS and compile_wrapper is not None
+          and isinstance(brk.get("stack"), list) and isinstance(brk.get("locals"), list)
+          and isinstance(brk.get("resume"), list) and len(brk["resume"]) == _BREAK_KINDS[kind]
+          and all(spec_ok(r) and not r[4] for r in brk["resume"])
+          and (brk.get("handler") is None or spec_ok(brk["handler"]) and brk["handler"][4] and kind != "native"))
+    if ok and kind in ("call", "call_ex"):
+        ok = (isinstance(brk.get("args"), list) and isinstance(brk.get("kwargs"), dict)
+              and all(_plain_attr(k) or (kind == "call_ex" and k == "**") for k in brk["kwargs"])
+              and (kind == "call" or len(brk["args"]) == 1))
+    elif ok and kind == "jump":
+        ok = type(brk.get("jump_if")) is bool and type(brk.get("keep")) is bool
+    elif ok and kind == "native":
+        ok = brk.get("callee") is None or type(brk["callee"]) is int and 0 <= brk["callee"] < len(brk["stack"])
+    if not ok:
+        raise NotRecordable(f"a graph break records cannot hold: {str(brk)[:80]}")
+
+
+def _break_run_function(fn, compiled, inputs: list, brk: dict, env: dict, stores, compile_wrapper):
+    """``___run(L)`` of a frame that graph-breaks (capture's ``codegen.breaking_code``):
+    the graph, the values handed on, the constant stores, then the breaking call or
+    branch in Python and the resume function (made again from ``fn``'s code: the
+    same as capture made; it is a frame of its own, with its own records)."""
+    from .codegen import wrap_callee
+    from .resume import resume_function
+
+    hoisted = hoist_shared_prefixes(inputs)
+    kind = brk["kind"]
+    lines = ["def ___values(L):"]
+    lines += ["    " + line for setup, _ in hoisted for line in setup]
+    lines.append("    ___o = ___compiled(" + "".join(code + ", " for _, code in hoisted) + ")"
+                 if compiled is not None else "    ___o = ()")
+    lines.append("    ___stack = [" + ", ".join(brk["stack"]) + "]")
+    lines.append("    ___locals = [" + ", ".join(brk["locals"]) + "]")
+    if kind in ("call", "call_ex"):
+        lines.append(f"    ___fn = {brk['fn']}")
+        lines.append("    ___args = [" + ", ".join(brk["args"]) + "]")
+        lines.append("    ___kw = {" + ", ".join(f"{k!r}: {v}" for k, v in brk["kwargs"].items()) + "}")
+        tail = "(___stack, ___locals, ___fn, ___args, ___kw)"
+    elif kind == "jump":
+        tail = f"(___stack, ___locals, {brk['cond']})"
+    else:
+        tail = "(___stack, ___locals)"
+    lines.append(f"    ___values = {tail}")
+    lines += [f"    ___setattr({target}, {attr!r}, {value})" for target, attr, value in stores]
+    lines.append("    return ___values")
+    namespace = dict(env, ___compiled=compiled, ___setattr=setattr)
+    exec(compile("\n".join(lines) + "\n", "<torchkiln warm start>", "exec"), namespace)  # noqa: S102 - checked
+    values_of = namespace["___values"]
+
+    def make(spec, wrap=True):
+        pos, nulls, names, lineno, raising = spec
+        rfn = resume_function(fn, pos, nulls, names, lineno, (), raising)
+        return compile_wrapper(rfn) if wrap else rfn
+
+    handler = make(brk["handler"]) if brk.get("handler") is not None else None
+    if kind == "jump":
+        on_jump, fall = make(brk["resume"][0]), make(brk["resume"][1])
+        jump_if, keep = brk["jump_if"], brk["keep"]
+
+        def step(v):
+            value = v[2]
+            if bool(value) == jump_if:
+                return (v[0] + [value] if keep else v[0]), on_jump
+            return v[0], fall
+    elif kind == "native":
+        resume, callee = make(brk["resume"][0], wrap=False), brk.get("callee")
+
+        def step(v):
+            if callee is not None:
+                v[0][callee] = wrap_callee(v[0][callee], compile_wrapper)
+            return v[0], resume
+    else:
+        resume, star = make(brk["resume"][0]), kind == "call_ex"
+
+        def step(v):
+            target = wrap_callee(v[2], compile_wrapper)
+            if star:
+                result = target(*v[3][0], **(v[4]["**"] if v[4] else {}))
+            else:
+                result = target(*v[3], **v[4])
+            return v[0] + [result], resume
+
+    def run(L):
+        v = values_of(L)
+        try:
+            after, resume_ = step(v)
+        except BaseException as e:
+            if handler is None:
+                raise
+            exc = e
+        else:
+            return resume_(*after, *v[1])
+        return handler(exc, *v[0], *v[1])  # outside the except block, as capture's breaking_code
+    return run
 
 
 def _short(v) -> str:
