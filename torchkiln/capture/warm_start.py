@@ -232,6 +232,9 @@ def encode(v) -> list:
         module, qualname = getattr(v, "__module__", None), getattr(v, "__qualname__", None)
         if isinstance(module, str) and isinstance(qualname, str) and _resolve(module, qualname) is v:
             return ["obj", module, qualname]
+        name = getattr(v, "__name__", None)  # torch.bincount: qualname _VariableFunctionsClass.bincount
+        if isinstance(module, str) and isinstance(name, str) and _resolve(module, name) is v:
+            return ["obj", module, name]
     raise NotRecordable(f"a constant that cannot be named: {type(v).__name__} {_short(v)}")
 
 
