@@ -296,8 +296,26 @@ def _deref(ref):
     return ref()
 
 
+def _plain_class(cls) -> bool:
+    """A class whose instances capture rebuilds as ``object.__new__(cls)`` plus its
+    ``__dict__`` (``NewObjectVariable``): no metaclass but ABCMeta, no own ``__new__``."""
+    import abc
+
+    return isinstance(cls, type) and type(cls) in (type, abc.ABCMeta) and cls.__new__ is object.__new__
+
+
+def _new(cls, **attrs):
+    """An object made in the frame (transformers' ``DynamicCache``), rebuilt as capture's
+    recipe does: ``object.__new__`` and its attributes, no ``__init__``."""
+    if not _plain_class(cls):
+        raise TypeError(f"not a plain class: {cls!r}")
+    obj = object.__new__(cls)
+    obj.__dict__.update(attrs)
+    return obj
+
+
 _FIXED_ENV = {"___Tensor": torch.Tensor, "___inf": math.inf, "___is_grad_enabled": torch.is_grad_enabled,
-              "___Size": torch.Size, "___deref": _deref}
+              "___Size": torch.Size, "___deref": _deref, "___new": _new}
 
 
 def check_expr(text: str) -> set[str]:
@@ -343,6 +361,11 @@ def check_exprs(texts: list) -> set[str]:
             if isinstance(f, ast.Name) and f.id.startswith("___m"):  # a ModelOutput class (checked when loaded)
                 if node.args or any(k.arg is None for k in node.keywords):
                     raise NotRecordable(f"a ModelOutput built other than by field names: {text[:80]}")
+                continue
+            if isinstance(f, ast.Name) and f.id == "___new":  # ___new(___nK, attr=...): a plain class (checked)
+                if (len(node.args) != 1 or not isinstance(node.args[0], ast.Name) or not node.args[0].id.startswith("___n")
+                        or any(k.arg is None or not _plain_attr(k.arg) for k in node.keywords)):
+                    raise NotRecordable(f"an object built other than by class and attribute names: {text[:80]}")
                 continue
             if not ((isinstance(f, ast.Name) and f.id in _BUILTINS | {"___global_state", "___is_grad_enabled", "___Size",
                                                                        "___deref"})
@@ -665,6 +688,16 @@ def _value_expr(cg, vt, consts: dict, seen: set) -> str:
         if not all(_plain_attr(k) for k in vt.fields):
             raise NotRecordable("a ModelOutput field name records cannot hold")
         return f"{name}(" + ", ".join(fields) + ")"
+    if cls.__name__ == "NewObjectVariable" and _plain_class(vt.cls):
+        if id(vt) in seen:
+            raise NotRecordable("one new object twice in the result")
+        seen.add(id(vt))
+        if not all(_plain_attr(k) for k in vt.attrs):
+            raise NotRecordable("an attribute name records cannot hold")
+        encode(vt.cls)
+        name = f"___n{len(consts)}"
+        consts[name] = vt.cls
+        return f"___new({name}" + "".join(f", {k}={_value_expr(cg, v, consts, seen)}" for k, v in vt.attrs.items()) + ")"
     if isinstance(getattr(vt, "source", None), str) and reconstruct in _source_first_reconstructs():
         return vt.source
     if cls is MethodVariable and _plain_attr(vt.name):
@@ -867,6 +900,8 @@ def _install(fn, f_locals, rec: dict, protocol, compile_wrapper=None) -> CacheEn
             env[name] = decode(d)
         if name.startswith("___m") and not _is_model_output(env[name]):
             raise NotRecordable(f"{name} is not a ModelOutput class")
+        if name.startswith("___n") and not _plain_class(env[name]):
+            raise NotRecordable(f"{name} is not a plain class")
     stores = rec["stores"]
     for store in stores:
         if not (isinstance(store, list) and len(store) == 3 and _plain_attr(store[1])

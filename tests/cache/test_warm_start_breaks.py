@@ -1,0 +1,52 @@
+"""Warm start for frames that graph-break (capture/warm_start.py, ``describe_break``):
+the graph before the break, the breaking call or branch and the resume functions are
+replayed from records in a new process, without capture; each resume function is a
+frame with its own record.  A result holding an object made in the frame (a plain
+class: transformers' ``DynamicCache``) is rebuilt as capture's recipe does.  Two subprocesses (cold, then warm); every result and the
+side effects of the breaking calls are checked against eager, and a changed argument
+or global that fails a guard captures again."""
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(phase, **env):
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
+             OMP_NUM_THREADS="1", **env)
+    p = subprocess.run([sys.executable, "-m", "tests.cache._warm_breaks_worker", phase], cwd=REPO, env=e,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_frames_with_graph_breaks_load_from_records(fresh_cache):
+    cold = _run("cold")
+    assert cold["ok"], cold
+    for name, f in cold["frames"].items():  # the breaking frame and its resume function(s)
+        assert f["saved"] >= (1 if name == "new_object" else 2), (name, f)
+
+    warm = _run("warm", WB_SCALE="5.0")
+    assert warm["ok"], warm  # results and the breaking calls' side effects equal eager's
+    frames = warm["frames"]
+    for name in ("call", "branch", "kwargs", "module"):  # nothing captured: every piece from its record
+        assert frames[name]["captured"] == 0 and frames[name]["hit"] >= 2, (name, frames[name])
+    # an object made in the frame (a plain class, as transformers' DynamicCache) is rebuilt
+    assert frames["new_object"]["captured"] == 0 and frames["new_object"]["hit"] == 1, frames["new_object"]
+    assert frames["new_object_other"]["captured"] == 1 and frames["new_object_other"]["reasons"] == {
+        "guard failed": 1}, frames["new_object_other"]
+    # another value of a guarded argument: the breaking frame's record is refused, captured again
+    other = frames["call_other_scale"]
+    assert other["captured"] >= 1 and other["reasons"].get("guard failed", 0) >= 1, other
+    # the branch goes the other way: the installed frame runs the other resume function,
+    # which had no record (captured); the breaking frame itself is not captured again
+    way = frames["branch_other_way"]
+    assert way["captured"] == 1 and way["bypass"] == 0, way
+    # the changed global fails the breaking frame's guard; its resume frame still hits
+    g = frames["global"]
+    assert g["captured"] >= 1 and g["reasons"].get("guard failed", 0) >= 1 and g["hit"] >= 1, g
+    # the breaking call raises in the warm process: the replayed frame hands the exception
+    # to its handler resume function (the frame's own ``except``), as capture's code does
+    assert frames["handler"]["hit"] >= 1, frames["handler"]
