@@ -33,8 +33,12 @@ cache.  Every expression of a record is checked against a small grammar (names,
 attributes, subscripts, comparisons, a few builtins and tensor methods) before it is
 evaluated, when it is saved and when it is loaded.
 
+A frame that graph-breaks (:func:`describe_break`) records the values it hands on, the
+breaking call or branch and its resume functions as the arguments that make them again
+from the frame's code; each resume function is a frame with a record of its own.
+
 Not recorded (captured again in every process, reason counted as ``not_recordable``):
-frames with graph breaks (resume functions), side effects to replay, symbolic sizes,
+cells, entered contexts or loop iterators live at a break, side effects to replay, symbolic sizes,
 a constant or an inlined function that cannot be named, backends without
 ``frame_cache`` (custom callables, ``mode=``/``options=``).  Once a frame was captured
 in a process, its records are not used again there (``reset()`` recaptures, as torch's).
