@@ -13,9 +13,6 @@ from ...cache.store import touch, write_atomic
 from ...utils.paths import cache_dir
 from .. import config
 from ..generators import KernelGenerator
-from . import vecmath
-from .build import start_build
-from .prelude import PRELUDE
 
 
 def __getattr__(name: str):
@@ -47,6 +44,10 @@ class CppGenerator(KernelGenerator):
     def start_compile(self, kernels: list) -> "PendingKernels":
         """Render the translation unit and start its build; returns at once (see
         :class:`PendingKernels`).  A cached library is loaded before returning."""
+        from . import vecmath  # the build's modules (and filelock): not needed to load a cached library
+        from .build import start_build
+        from .prelude import PRELUDE
+
         render = globals().get("render_kernel") or __getattr__("render_kernel")  # tests patch it
         parts = [vecmath.declarations()[0], PRELUDE]
         for k in kernels:

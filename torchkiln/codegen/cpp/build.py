@@ -34,8 +34,6 @@ import tempfile
 import threading
 import warnings
 
-from filelock import FileLock
-
 from ...cache.store import touch
 from ...utils.counters import counters
 from ...utils.paths import cache_dir
@@ -165,6 +163,8 @@ def _load_verified(so_path: str, warn: bool = True):
 def _compile(source: str, compiler: list[str], directory: str, key: str, so_path: str):
     """Runs on a worker thread: ``compiler`` (the compiler and its flags) under the file
     lock, unless another process built the object meanwhile; then loads it."""
+    from filelock import FileLock  # imported by the first build (~15 ms), not by loading a library
+
     with FileLock(so_path + ".lock"):
         lib = _load_verified(so_path, warn=False)  # built by another process meanwhile?
         if lib is not None:
