@@ -50,3 +50,32 @@ def test_backward_graph_is_parsed_only_when_compiled_autograd_traces_it(monkeypa
         torchkiln.compiled_autograd.reset()
     assert parsed == [1]
     assert traced and torch.ops.aten.mm.default in [n.target for n in traced[0].graph.nodes]
+
+
+def test_checking_a_record_runs_no_garbage_collection():
+    """Parsing a record's expressions makes one node per token; with torch imported a
+    collection they trigger scans millions of objects.  The check pauses the collector
+    (the tree is acyclic) and turns it back on, also when the check refuses."""
+    import gc
+
+    from torchkiln.capture import warm_start
+
+    exprs = [f"L['x'].size()[{i % 4}] == {i} and ___c{i} is not None" for i in range(3000)]
+    collections = []
+
+    def watch(phase, info):
+        if phase == "start":
+            collections.append(info["generation"])
+
+    forged = exprs + ["__import__('os')"]
+    gc.collect()
+    gc.callbacks.append(watch)
+    try:
+        names = warm_start.check_exprs(exprs)
+    finally:
+        gc.callbacks.remove(watch)
+    assert "L" in names
+    assert collections == []
+    with pytest.raises(warm_start.NotRecordable):
+        warm_start.check_exprs(forged)
+    assert gc.isenabled()

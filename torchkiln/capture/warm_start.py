@@ -60,6 +60,7 @@ import torch
 
 from ..config import config
 from ..utils.counters import counters
+from ..utils.nogc import nogc
 from .frame import CacheEntry, LazyLocal, bind_locals
 from .source import hoist_shared_prefixes
 
@@ -343,6 +344,11 @@ def check_exprs(texts: list) -> set[str]:
         if not isinstance(t, str) or any(u in t for u in _UNSAFE_IN_TEXT) or t.rstrip().endswith("\\"):
             raise NotRecordable(f"an expression records cannot hold: {str(t)[:80]}")
     text = texts[0] if len(texts) == 1 else f"{len(texts)} expressions"
+    with nogc():  # the parse tree (tens of thousands of nodes) is acyclic: freed on return
+        return _check_tree(texts, text)
+
+
+def _check_tree(texts: list, text: str) -> set[str]:
     try:
         tree = ast.parse("(\n" + ",\n".join(texts) + ",\n)", mode="eval")
     except SyntaxError as e:
