@@ -11,7 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import torchkiln
 from torchkiln.testing import CompileCounterWithBackend
 
-from _spawn import assert_close, run_spawned
+from _spawn import NCCL, assert_close, device, run_spawned
 
 _ops = torch.ops._c10d_functional
 
@@ -32,7 +32,7 @@ def in_place(x):
 
 def _collective_checks(rank: int, world: int) -> None:
     torch.manual_seed(rank)
-    x = torch.randn(4, 3)
+    x = torch.randn(4, 3, device=device())
     expected = collectives(x)
     for backend in ("aot_eager", "inductor"):
         torchkiln.reset()
@@ -63,7 +63,7 @@ def _collective_checks(rank: int, world: int) -> None:
 
     from torchkiln.codegen.compile_fx import compile_fx_inner
 
-    a, y = torch.randn(8), torch.randn(8, 4)
+    a, y = torch.randn(8, device=device()), torch.randn(8, 4, device=device())
     records = []
     handler = logging.Handler()
     handler.emit = lambda record: records.append(record.getMessage())
@@ -77,6 +77,8 @@ def _collective_checks(rank: int, world: int) -> None:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
     assert_close(compiled(a, y)[0], graph(a, y)[0], "collective with a kernel before its wait")
+    if NCCL:  # the buffer-name checks below read the C++ wrapper's lines; Triton's differ
+        return
     code = "\n".join(records)
     lines = code[code.index("def call("):].splitlines()
     collective = next(i for i, line in enumerate(lines) if "(buf0, " in line and "kernel" not in line)

@@ -10,7 +10,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import torchkiln
 from torchkiln.testing import CompileCounterWithBackend
 
-from _spawn import assert_close, run_spawned
+from _spawn import assert_close, device, run_spawned
 
 
 class MLP(torch.nn.Module):
@@ -27,8 +27,9 @@ class MLP(torch.nn.Module):
 
 
 def make(**kw) -> MLP:
+    """The MLP with seed-0 weights, on this rank's device (cuda:<rank> under NCCL)."""
     torch.manual_seed(0)
-    return MLP(**kw)
+    return MLP(**kw).to(device())
 
 
 def train(model, batches, steps: int = 2, no_sync_steps: int = 0):
@@ -60,7 +61,7 @@ def check_same(compiled_run, eager_run, what: str) -> None:
 
 def _ddp_checks(rank: int, world: int) -> None:
     torch.manual_seed(rank)
-    batches = [torch.randn(8, 16) for _ in range(2)]
+    batches = [torch.randn(8, 16, device=device()) for _ in range(2)]
     eager = train(DDP(make()), batches)
 
     # both wrap orders, default bucket size (one bucket: no split)
@@ -110,7 +111,7 @@ def _ddp_checks(rank: int, world: int) -> None:
 
 def _ddp_default_backend(rank: int, world: int) -> None:
     torch.manual_seed(rank)
-    batches = [torch.randn(8, 16) for _ in range(2)]
+    batches = [torch.randn(8, 16, device=device()) for _ in range(2)]
     cap = 16 * 17 * 4 / 2**20
     eager = train(DDP(make(), bucket_cap_mb=cap), batches)
     torchkiln.reset()
@@ -144,7 +145,8 @@ def test_ddp_graphs_log_names_the_buckets(tmp_path):
     try:
         torchkiln.reset()
         counter = CompileCounterWithBackend("aot_eager")
-        model = torchkiln.compile(DDP(make(), bucket_cap_mb=16 * 17 * 4 / 2**20), backend=counter)
+        torch.manual_seed(0)  # on the CPU whatever the backend switch says: this is a gloo group
+        model = torchkiln.compile(DDP(MLP(), bucket_cap_mb=16 * 17 * 4 / 2**20), backend=counter)
         model(torch.randn(2, 16)).sum().backward()
     finally:
         logger.removeHandler(handler)

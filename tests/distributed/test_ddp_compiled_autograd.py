@@ -13,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import torchkiln
 
-from _spawn import run_spawned
+from _spawn import device, run_spawned
 from test_ddp import check_same, make, train
 
 
@@ -39,7 +39,7 @@ def _compiled_step_train(model, batches, steps: int = 2):
 
 def _checks(rank: int, world: int) -> None:
     torch.manual_seed(rank)
-    batches = [torch.randn(8, 16) for _ in range(2)]
+    batches = [torch.randn(8, 16, device=device()) for _ in range(2)]
     eager = train(DDP(make()), batches)
 
     # torchkiln.compile(DDP(m)) in a step compiled with config.compiled_autograd

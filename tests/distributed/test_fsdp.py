@@ -18,7 +18,7 @@ from torch.distributed.fsdp import fully_shard
 import torchkiln
 from torchkiln.testing import CompileCounterWithBackend
 
-from _spawn import assert_close, run_spawned
+from _spawn import NCCL, assert_close, device, run_spawned
 
 
 class Block(torch.nn.Module):
@@ -44,12 +44,13 @@ class Net(torch.nn.Module):
 
 
 def make() -> Net:
-    """Net sharded per block over a CPU mesh of all ranks.  The mesh is explicit: FSDP2's
-    default mesh is on the accelerator where there is one (a GPU machine put the
-    parameters on cuda:0, beside CPU inputs and gloo, and the test failed there)."""
+    """Net sharded per block over a mesh of all ranks: on the CPU (gloo), or on the GPUs
+    under NCCL.  The mesh is explicit: FSDP2's default mesh is on the accelerator where
+    there is one (a GPU machine put the parameters on cuda:0, beside CPU inputs and gloo,
+    and the test failed there)."""
     torch.manual_seed(0)
-    model = Net()
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    model = Net().to(device())
+    mesh = init_device_mesh("cuda" if NCCL else "cpu", (dist.get_world_size(),))
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -79,7 +80,7 @@ def check_same(losses, grads, ref_losses, ref_grads, what: str) -> None:
 
 def _fsdp_checks(rank: int, world: int) -> None:
     torch.manual_seed(rank)
-    batches = [torch.randn(8, 16) for _ in range(3)]
+    batches = [torch.randn(8, 16, device=device()) for _ in range(3)]
     ref_losses, ref_grads = train(make(), batches)
     torchkiln.reset()
     counter = CompileCounterWithBackend("aot_eager")
