@@ -2,7 +2,9 @@
 
 Each of ``--nproc`` processes (gloo on CPU, NCCL on CUDA; loopback) trains a GPT-2-style
 decoder (``--config gpt2``: GPT-2 small, 12 layers, 768 wide, 1024 tokens; ``small``:
-4 layers, 128 wide, 32 tokens, for a CPU) wrapped in ``DistributedDataParallel``, in
+4 layers, 128 wide, 32 tokens, for a CPU) or the model suite's hf_llama (``hf_llama``:
+transformers' LlamaForCausalLM, 6 layers, 1024 wide; ``hf_llama_small`` for a CPU),
+``--batch`` sequences per rank, wrapped in ``DistributedDataParallel``, in
 these modes, all in the same processes:
 
 - ``eager``: ``DDP(model)``;
@@ -25,7 +27,10 @@ with its ratio to eager; the all-reduce time per step and the fraction of it hid
 behind the backward, from ``torch.profiler`` over ``--profile-steps`` steps:
 all-reduce intervals are ``gloo:all_reduce`` events (CPU) or NCCL kernels (CUDA); backward compute intervals are autograd node evaluations other than
 AccumulateGrad (CPU) or the non-NCCL kernels (CUDA); hidden = |all-reduce ∩ compute| /
-|all-reduce|.  The first loss of each mode is printed as a sanity check (equal across
+|all-reduce|; ``n/step`` is the number of all-reduces (NCCL kernels) per step;
+``--trace-dir`` keeps rank 0's traces.  For the torchkiln modes, the graphs captured,
+the pieces DDPOptimizer compiled them as (``counters["ddp"]``) and the graph breaks are
+printed.  The first loss of each mode is printed as a sanity check (equal across
 modes up to rounding).  On a shared machine trust the minimum and the CPU time over
 the median; nothing is asserted.
 
@@ -39,9 +44,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import gzip
 import itertools
 import math
 import os
+import shutil
 import socket
 import statistics
 import time
@@ -56,6 +63,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 CONFIGS = {
     "gpt2": dict(n_layer=12, n_embd=768, n_head=12, vocab=50257, seq=1024, batch=4),
     "small": dict(n_layer=4, n_embd=128, n_head=4, vocab=512, seq=32, batch=4),
+    # the model suite's hf_llama at its CUDA size (torchkiln/bench/models/hf.py::make_llama):
+    # LlamaForCausalLM, 1024 wide, 6 layers, 16 heads, 4 KV heads, vocab 2048
+    "hf_llama": dict(n_layer=6, n_embd=1024, n_head=16, n_kv_head=4, vocab=2048, seq=256, batch=16),
+    "hf_llama_small": dict(n_layer=2, n_embd=128, n_head=4, n_kv_head=2, vocab=2048, seq=64, batch=4),
 }
 
 
@@ -100,6 +111,24 @@ class GPT(torch.nn.Module):
             x = block(x)
         logits = self.head(self.ln_f(x))
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+class HFLlama(torch.nn.Module):
+    """transformers' LlamaForCausalLM returning the mean next-token cross-entropy (the
+    model suite's hf_llama; needs transformers)."""
+
+    def __init__(self, n_layer, n_embd, n_head, n_kv_head, vocab, seq, **_) -> None:
+        super().__init__()
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(vocab_size=vocab, hidden_size=n_embd, intermediate_size=n_embd * 8 // 3,
+                             num_hidden_layers=n_layer, num_attention_heads=n_head, num_key_value_heads=n_kv_head,
+                             max_position_embeddings=seq, attention_dropout=0.0)
+        self.lm = LlamaForCausalLM(config)
+
+    def forward(self, idx, targets):
+        logits = self.lm(idx).logits
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 def _wrap(mode: str, model, device_ids, bucket_cap_mb: float, backend: str):
@@ -147,8 +176,8 @@ def _overlap(a, b) -> float:
     return total
 
 
-def _comm_and_hidden(prof, cuda: bool) -> tuple[float, float]:
-    """(all-reduce microseconds, hidden fraction) from the profiled events."""
+def _comm_and_hidden(prof, cuda: bool) -> tuple[float, float, int]:
+    """(all-reduce microseconds, hidden fraction, number of all-reduces) from the profiled events."""
     comm, compute = [], []
     for e in prof.events():
         span = (e.time_range.start, e.time_range.end)
@@ -159,9 +188,10 @@ def _comm_and_hidden(prof, cuda: bool) -> tuple[float, float]:
             comm.append(span)
         elif e.name.startswith("autograd::engine::evaluate_function:") and "AccumulateGrad" not in e.name:
             compute.append(span)
+    count = len(comm)
     comm, compute = _intervals_union(comm), _intervals_union(compute)
     total = sum(e - s for s, e in comm)
-    return total, (_overlap(comm, compute) / total if total else float("nan"))
+    return total, (_overlap(comm, compute) / total if total else float("nan")), count
 
 
 def _worker(rank: int, world: int, port: int, args) -> None:
@@ -175,7 +205,10 @@ def _worker(rank: int, world: int, port: int, args) -> None:
     import torchkiln
 
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    cfg = CONFIGS[args.config]
+    cfg = dict(CONFIGS[args.config])
+    if args.batch:
+        cfg["batch"] = args.batch
+    model_cls = HFLlama if args.config.startswith("hf_llama") else GPT
     gen = torch.Generator().manual_seed(rank)
     idx = torch.randint(cfg["vocab"], (cfg["batch"], cfg["seq"]), generator=gen).to(device)
     targets = torch.randint(cfg["vocab"], (cfg["batch"], cfg["seq"]), generator=gen).to(device)
@@ -183,10 +216,12 @@ def _worker(rank: int, world: int, port: int, args) -> None:
     modes = args.modes.split(",")
     torchkiln.reset()
     torch._dynamo.reset()
-    steps, compile_s, first_loss = {}, {}, {}
+    steps, compile_s, first_loss, graphs = {}, {}, {}, {}
     for mode in modes:  # build, compile and warm up every mode first
+        before = (torchkiln.counters["stats"]["unique_graphs"], torchkiln.counters["ddp"]["pieces"],
+                  sum(torchkiln.counters["graph_break"].values()))
         torch.manual_seed(0)
-        model = _own_forward(GPT)(**cfg).to(device)
+        model = _own_forward(model_cls)(**cfg).to(device)
         with torchkiln.config.patch(optimize_ddp=mode != "kiln_nosplit"):
             ddp = _wrap(mode, model, [rank] if cuda else None, args.bucket_cap_mb, args.backend)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -210,6 +245,10 @@ def _worker(rank: int, world: int, port: int, args) -> None:
         for _ in range(args.warmup):
             step()
         steps[mode] = step
+        if mode.startswith("kiln"):  # graphs compiled (DDP pieces count one each) and graph breaks
+            graphs[mode] = (torchkiln.counters["stats"]["unique_graphs"] - before[0],
+                            torchkiln.counters["ddp"]["pieces"] - before[1],
+                            sum(torchkiln.counters["graph_break"].values()) - before[2])
     sync()
     # Timed rounds, the modes interleaved so that a change of load on a shared machine
     # hits every mode alike; per step the slowest rank's wall time and main-thread CPU
@@ -243,22 +282,30 @@ def _worker(rank: int, world: int, port: int, args) -> None:
             for _ in range(args.profile_steps):
                 steps[mode]()
             sync()
-        comm_us, frac = _comm_and_hidden(prof, cuda)
-        hidden[mode] = (comm_us / args.profile_steps / 1e3, frac)
+        comm_us, frac, count = _comm_and_hidden(prof, cuda)
+        hidden[mode] = (comm_us / args.profile_steps / 1e3, frac, count / args.profile_steps)
+        if args.trace_dir and rank == 0:  # chrome://tracing / Perfetto; gzipped (tens of MB raw)
+            path = os.path.join(args.trace_dir, f"ddp_{args.config}_{mode}.json")
+            prof.export_chrome_trace(path)
+            with open(path, "rb") as raw, gzip.open(path + ".gz", "wb") as packed:
+                shutil.copyfileobj(raw, packed)
+            os.remove(path)
     if rank == 0:
         n = args.rounds * args.steps
         print(f"\nDDP benchmark: device={args.device} nproc={world} config={args.config} {cfg} "
               f"bucket_cap_mb={args.bucket_cap_mb} backend={args.backend} {args.rounds} rounds x "
               f"{args.steps} steps per mode, interleaved; slowest rank per step")
         print(f"{'mode':<14}{'min ms':>9}{'vs eager':>10}{'median ms':>11}{'vs eager':>10}{'cpu min ms':>12}"
-              f"{'vs eager':>10}{'cpu med ms':>12}{'allreduce ms':>14}{'hidden':>8}{'first loss':>12}{'1st step s':>11}")
+              f"{'vs eager':>10}{'cpu med ms':>12}{'allreduce ms':>14}{'n/step':>7}{'hidden':>8}{'first loss':>12}"
+              f"{'1st step s':>11}  graphs/pieces/breaks")
         ref = modes[0] if "eager" not in modes else "eager"
         stats = {m: (min(wall[m]), statistics.median(wall[m]), min(cpu[m]), statistics.median(cpu[m])) for m in modes}
         for mode in modes:
             (w, med, c, cmed), (ew, emed, ec, _) = stats[mode], stats[ref]
-            comm, frac = hidden[mode]
+            comm, frac, count = hidden[mode]
             print(f"{mode:<14}{w * 1e3:>9.2f}{ew / w:>9.2f}x{med * 1e3:>11.2f}{emed / med:>9.2f}x{c * 1e3:>12.2f}"
-                  f"{ec / c:>9.2f}x{cmed * 1e3:>12.2f}{comm:>14.2f}{frac:>8.0%}{first_loss[mode]:>12.5f}{compile_s[mode]:>11.1f}")
+                  f"{ec / c:>9.2f}x{cmed * 1e3:>12.2f}{comm:>14.2f}{count:>7.0f}{frac:>8.0%}{first_loss[mode]:>12.5f}"
+                  f"{compile_s[mode]:>11.1f}  {'%d/%d/%d' % graphs[mode] if mode in graphs else ''}")
         print(f"(min and median over {n} steps; 'cpu' is main-thread CPU time; 'vs eager' > 1 is faster)")
     dist.destroy_process_group()
 
@@ -278,10 +325,14 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per mode after the first")
     parser.add_argument("--profile-steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process on CPU")
+    parser.add_argument("--batch", type=int, default=None, help="batch size (default: the config's)")
+    parser.add_argument("--trace-dir", default=None, help="write rank 0's profiler traces there (gzipped)")
     args = parser.parse_args()
     args.config = args.config or ("gpt2" if args.device == "cuda" else "small")
     if args.bucket_cap_mb is None:
-        args.bucket_cap_mb = 25.0 if args.config == "gpt2" else 1.0
+        args.bucket_cap_mb = 1.0 if args.config.endswith("small") else 25.0
+    if args.trace_dir:
+        os.makedirs(args.trace_dir, exist_ok=True)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -28,6 +28,7 @@ from torch.fx.passes.split_module import split_module
 
 from ..config import config
 from ..exc import BackendCompilerFailed
+from ..utils.counters import counters
 from ..utils.logging import get_artifact_logger
 
 ddp_graphs_log = get_artifact_logger("ddp_graphs")
@@ -107,6 +108,8 @@ class DDPOptimizer:
             return self.backend(gm, example_inputs)
         buckets = self.buckets = self.bucket_graph(gm, example_inputs)
         _log_buckets(buckets, self.bucket_bytes_cap)
+        counters["ddp"]["split_graphs" if len(buckets) > 1 else "whole_graphs"] += 1
+        counters["ddp"]["pieces"] += len(buckets)
         if len(buckets) <= 1:
             return self.backend(gm, example_inputs)
         # pieces in graph order: the last bucket holds the first nodes
