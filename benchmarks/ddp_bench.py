@@ -242,6 +242,8 @@ def _worker(rank: int, world: int, port: int, args) -> None:
         start = time.perf_counter()
         first_loss[mode] = step().item()
         compile_s[mode] = time.perf_counter() - start
+        if rank == 0:  # progress, in case a time limit cuts the run short
+            print(f"{mode}: first step (compile) {compile_s[mode]:.1f} s, loss {first_loss[mode]:.5f}", flush=True)
         for _ in range(args.warmup):
             step()
         steps[mode] = step
