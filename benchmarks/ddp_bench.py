@@ -269,7 +269,7 @@ def _worker(rank: int, world: int, port: int, args) -> None:
                 cpu[mode].append(time.thread_time() - start_cpu)
     for table in (wall, cpu):
         for mode in modes:
-            t = torch.tensor(table[mode], dtype=torch.float64)
+            t = torch.tensor(table[mode], dtype=torch.float64, device=device)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             table[mode] = t.tolist()
     activities = [torch.profiler.ProfilerActivity.CPU]

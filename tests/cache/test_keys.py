@@ -202,3 +202,17 @@ def test_torch_closures_published_by_name_have_a_stable_name():
 
     with pytest.raises(BypassCache):
         callable_name(local)
+
+
+def test_key_names_the_device_index():
+    """A wrapper allocates its buffers on the device it was compiled for: a graph compiled on
+    cuda:0 must not be loaded on cuda:1 (on 2 GPUs, rank 1 of a DDP run loaded rank 0's
+    entry and launched a Triton kernel on a buffer of the other GPU)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from torchkiln.cache import keys
+
+    with FakeTensorMode():
+        on0, on1 = torch.empty(4, device="cuda:0"), torch.empty(4, device="cuda:1")
+    assert keys.inputs_description([on0]) != keys.inputs_description([on1])
+    assert keys.inputs_description([torch.empty(4)]) == keys.inputs_description([torch.empty(4)])

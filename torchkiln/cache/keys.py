@@ -4,7 +4,7 @@ A key is the SHA-256 of a canonical JSON description, so it is the same across
 processes, working directories and machines: FX node names, stack traces, file paths
 and line numbers are left out (nodes are numbered in graph order), callables are named
 by module and qualified name, tensors by sizes (or size symbols), strides, storage
-offset, dtype, device type and requires_grad.  Anything the description cannot name
+offset, dtype, device (with its index) and requires_grad.  Anything the description cannot name
 stably (a lambda, a function defined inside another, an arbitrary Python object)
 raises :class:`BypassCache`: that graph is compiled without the cache, which is
 always safe.  ``torch._inductor.codecache``/``autograd_cache`` key the same inputs.
@@ -93,14 +93,16 @@ def _size(x):
 
 
 def tensor_meta(t: torch.Tensor) -> dict:
-    """Sizes (or symbols), strides, offset, dtype, device type, requires_grad, layout."""
+    """Sizes (or symbols), strides, offset, dtype, device with its index (a wrapper allocates
+    on its graph's device: a graph compiled for cuda:0 must not be loaded for cuda:1),
+    requires_grad, layout."""
     if t.layout != torch.strided or t.is_sparse or t.is_quantized or t.is_nested:
         raise BypassCache(f"tensor with layout {t.layout}")
     if type(t) not in (torch.Tensor, torch.nn.Parameter) and not _is_fake(t):
         raise BypassCache(f"tensor subclass {type(t).__name__}")
     return {"t": "tensor", "size": _size(t.size()), "stride": _size(t.stride()),
             "offset": t.storage_offset() if isinstance(t.storage_offset(), int) else _sym(t.storage_offset()),
-            "dtype": str(t.dtype), "device": t.device.type, "requires_grad": bool(t.requires_grad),
+            "dtype": str(t.dtype), "device": str(t.device), "requires_grad": bool(t.requires_grad),
             "param": isinstance(t, torch.nn.Parameter)}
 
 
