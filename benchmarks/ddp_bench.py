@@ -29,7 +29,8 @@ all-reduce intervals are ``gloo:all_reduce`` events (CPU) or NCCL kernels (CUDA)
 AccumulateGrad (CPU) or the non-NCCL kernels (CUDA); hidden = |all-reduce ∩ compute| /
 |all-reduce|; ``n/step`` is the number of all-reduces (NCCL kernels) per step;
 ``--trace-dir`` keeps rank 0's traces.  For the torchkiln modes, the graphs captured,
-the pieces DDPOptimizer compiled them as (``counters["ddp"]``) and the graph breaks are
+the pieces DDPOptimizer compiled them as (``counters["ddp"]``; a graph it did not
+split counts one; 0: it never saw the graph) and the graph breaks are
 printed.  The first loss of each mode is printed as a sanity check (equal across
 modes up to rounding).  On a shared machine trust the minimum and the CPU time over
 the median; nothing is asserted.
@@ -218,7 +219,8 @@ def _worker(rank: int, world: int, port: int, args) -> None:
     torch._dynamo.reset()
     steps, compile_s, first_loss, graphs = {}, {}, {}, {}
     for mode in modes:  # build, compile and warm up every mode first
-        before = (torchkiln.counters["stats"]["unique_graphs"], torchkiln.counters["ddp"]["pieces"],
+        before = (torchkiln.counters["stats"]["unique_graphs"],
+                  torchkiln.counters["ddp"]["pieces"] + torchkiln.counters["ddp"]["whole_graphs"],
                   sum(torchkiln.counters["graph_break"].values()))
         torch.manual_seed(0)
         model = _own_forward(model_cls)(**cfg).to(device)
@@ -249,7 +251,7 @@ def _worker(rank: int, world: int, port: int, args) -> None:
         steps[mode] = step
         if mode.startswith("kiln"):  # graphs compiled (DDP pieces count one each) and graph breaks
             graphs[mode] = (torchkiln.counters["stats"]["unique_graphs"] - before[0],
-                            torchkiln.counters["ddp"]["pieces"] - before[1],
+                            torchkiln.counters["ddp"]["pieces"] + torchkiln.counters["ddp"]["whole_graphs"] - before[1],
                             sum(torchkiln.counters["graph_break"].values()) - before[2])
     sync()
     # Timed rounds, the modes interleaved so that a change of load on a shared machine

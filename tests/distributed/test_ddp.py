@@ -14,16 +14,28 @@ from _spawn import assert_close, device, run_spawned
 
 
 class MLP(torch.nn.Module):
-    def __init__(self, width: int = 16, depth: int = 4, unused: bool = False) -> None:
+    """``regions``: a ``no_grad`` gate and an ``autocast(enabled=False)`` region over
+    layers 1-2, which a one-layer bucket cap cuts (as transformers' rotary embedding)."""
+
+    def __init__(self, width: int = 16, depth: int = 4, unused: bool = False, regions: bool = False) -> None:
         super().__init__()
         self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
         self.head = torch.nn.Linear(width, 4)
         self.unused = torch.nn.Linear(width, width) if unused else None
+        self.regions = regions
 
     def forward(self, x):
-        for layer in self.layers:
-            x = torch.relu(layer(x))
-        return self.head(x)
+        if not self.regions:
+            for layer in self.layers:
+                x = torch.relu(layer(x))
+            return self.head(x)
+        x = torch.relu(self.layers[0](x))
+        with torch.no_grad():
+            gate = torch.sigmoid(x.sum(1, keepdim=True))
+        with torch.autocast(x.device.type, enabled=False):
+            x = torch.relu(self.layers[1](x)) * gate
+            x = torch.relu(self.layers[2](x))
+        return self.head(torch.relu(self.layers[3](x)))
 
 
 def make(**kw) -> MLP:
@@ -84,6 +96,13 @@ def _ddp_checks(rank: int, world: int) -> None:
                  else DDP(torchkiln.compile(make(), backend=counter), bucket_cap_mb=cap))
         check_same(train(model, batches), eager_small, f"split {order}")
         assert counter.frame_count >= 3, f"{order}: {counter.frame_count} pieces"
+    # grad-mode and autocast regions cut by the split: each piece re-enters its region
+    eager_regions = train(DDP(make(regions=True), bucket_cap_mb=cap), batches)
+    torchkiln.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    check_same(train(torchkiln.compile(DDP(make(regions=True), bucket_cap_mb=cap), backend=counter), batches),
+               eager_regions, "split with grad-mode/autocast regions")
+    assert counter.frame_count >= 3 and torchkiln.counters["ddp"]["split_graphs"] == 1, counter.frame_count
     # optimize_ddp=False: one graph
     torchkiln.reset()
     counter = CompileCounterWithBackend("aot_eager")

@@ -12,10 +12,13 @@ piece with the user's backend.  Each piece is its own autograd node, so the
 gradients of the last piece's parameters reach DDP's hooks while the earlier pieces'
 backward still runs.
 
-``TORCHKILN_LOGS=ddp_graphs`` prints the buckets and the pieces.  Graphs that change
-grad mode or autocast inside (their pieces would not start in the mode they run in),
-graphs without a parameter that needs a gradient and graphs that fit one bucket are
-compiled whole.
+``TORCHKILN_LOGS=ddp_graphs`` prints the buckets and the pieces.  A graph that sets
+grad mode or autocast inside (transformers' rotary embeddings: ``no_grad`` and
+``autocast(enabled=False)``) is split too: ``split_module`` starts each piece cut out
+of such a region by re-entering it and closes it at the piece's end, as in torch.
+Calls with grad mode off, graphs without a parameter that needs a gradient, graphs that
+fit one bucket and graphs whose mode changes ``split_module`` cannot replay (non-constant
+arguments) are compiled whole.
 """
 from __future__ import annotations
 
@@ -102,19 +105,26 @@ class DDPOptimizer:
         return buckets
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list):
-        if (any(n.op == "call_function" and n.target in _GLOBAL_STATE for n in gm.graph.nodes)
-                or not torch.is_grad_enabled()):
-            ddp_graphs_log.debug("not split: the graph changes grad mode or autocast, or grad mode is off")
+        if not torch.is_grad_enabled():
+            ddp_graphs_log.debug("not split: grad mode is off")
             return self.backend(gm, example_inputs)
         buckets = self.buckets = self.bucket_graph(gm, example_inputs)
         _log_buckets(buckets, self.bucket_bytes_cap)
-        counters["ddp"]["split_graphs" if len(buckets) > 1 else "whole_graphs"] += 1
-        counters["ddp"]["pieces"] += len(buckets)
         if len(buckets) <= 1:
+            counters["ddp"]["whole_graphs"] += 1
             return self.backend(gm, example_inputs)
         # pieces in graph order: the last bucket holds the first nodes
         partition = {node: len(buckets) - 1 - i for i, b in enumerate(buckets) for node in b.nodes}
-        split_gm = split_module(gm, None, lambda node: partition[node], keep_original_order=True)
+        try:  # grad-mode/autocast regions are replayed per piece; it asserts what it cannot replay
+            split_gm = split_module(gm, None, lambda node: partition[node], keep_original_order=True)
+        except AssertionError as e:
+            if not any(n.op == "call_function" and n.target in _GLOBAL_STATE for n in gm.graph.nodes):
+                raise
+            ddp_graphs_log.debug("not split: split_module cannot replay the graph's grad mode or autocast: %s", e)
+            counters["ddp"]["whole_graphs"] += 1
+            return self.backend(gm, example_inputs)
+        counters["ddp"]["split_graphs"] += 1
+        counters["ddp"]["pieces"] += len(buckets)
         _normalize_outputs(split_gm)
         _copy_meta(gm, split_gm)
         if ddp_graphs_log.isEnabledFor(10):
