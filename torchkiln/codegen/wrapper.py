@@ -16,7 +16,8 @@ import torch
 
 from . import config
 from .ir import FusedKernel
-from .nodes import Buffer, ComputedBuffer, ExternKernel, InputBuffer, MultiOutput, MutationBuffer, ReinterpretView
+from .nodes import (Buffer, ComputedBuffer, ExternKernel, InputBuffer, MultiOutput, MutationBuffer, ReinterpretView,
+                    contiguous_strides)
 from ..shapes.checks import DEFAULT_MESSAGE, user_checks
 from .printers import pexpr
 from .wrapper_runtime import base_globals
@@ -34,6 +35,12 @@ class WrapperCodegen:
         self._consts: dict = {}
         self._bound: set = set()     # unbacked symbols bound so far
         self._asserted: set = set()  # runtime asserts emitted
+        self._fresh: set = set()     # buffers the wrapper allocated: storage offset 0
+        self._callers: dict = {}     # extern op -> the name of its direct callable
+        self._preamble: list[str] = []
+        # extern kernels whose result the wrapper allocates (``out=``, from the reuse pool)
+        self._out_variant = {e.name: out for e in entries if isinstance(e, ExternKernel)
+                             and (out := out_overload(e)) is not None}
 
     # ---- printing helpers
     def const(self, value) -> str:
@@ -45,9 +52,21 @@ class WrapperCodegen:
             self.globals[name] = value
         return self._consts[key]
 
+    def caller(self, op) -> str:
+        """The name of what the wrapper calls for extern ``op``: an ``OpOverload``'s own
+        builtin (``op._op``, what ``OpOverload.__call__`` forwards to; one Python frame
+        less per call), bound once when the wrapper is loaded; other callables as they are."""
+        name = self.const(op)
+        if type(op) is not torch._ops.OpOverload:
+            return name
+        if op not in self._callers:
+            self._callers[op] = f"{name}_call"
+            self._preamble.append(f"{name}_call = extern_callable({name})")
+        return self._callers[op]
+
     def arg(self, a) -> str:
         if isinstance(a, ReinterpretView):  # an extern call's argument: an input itself is fine
-            return self.view(a, inputs=True)
+            return self.extern_view(a)
         if isinstance(a, Buffer):
             return a.name
         if isinstance(a, sympy.Basic):
@@ -78,7 +97,29 @@ class WrapperCodegen:
 
     def _as_strided(self, v: ReinterpretView) -> str:
         lay = v.layout
+        if v.base.name in self._fresh:  # storage offset 0: as_strided's offset is the view's
+            offset = "" if lay.offset == 0 else f", {pexpr(lay.offset)}"
+            return f"{v.base.name}.as_strided({self.shape(lay.size)}, {self.shape(lay.stride)}{offset})"
         return f"reinterpret({v.base.name}, {self.shape(lay.size)}, {self.shape(lay.stride)}, {pexpr(lay.offset)})"
+
+    def extern_view(self, v: ReinterpretView) -> str:
+        """``v`` as an extern call's argument.  Besides :meth:`view`'s cases, a view that
+        ``t()`` or ``view(sizes)`` make from the base's own layout is made by them (no
+        storage offset to read: they keep the base's).  The base has its layout's strides
+        at run time (inputs are restrided by the prologue, extern results checked, buffers
+        allocated with them), up to the strides of size-1 dims, which address nothing."""
+        text = self.view(v, inputs=True)
+        blay, lay = v.base.layout, v.layout
+        if not text.startswith("reinterpret(") or blay is None or lay.offset != 0:
+            return text
+        bsize, bstride, size, stride = list(blay.size), list(blay.stride), list(lay.size), list(lay.stride)
+        perm = _permutation(bsize, bstride, size, stride)
+        if perm is not None:
+            return f"{v.base.name}.t()" if perm == [1, 0] else f"{v.base.name}.permute({self.shape(perm)})"
+        if (bstride == contiguous_strides(bsize) and stride == contiguous_strides(size)
+                and sympy.expand(sympy.Mul(*bsize) - sympy.Mul(*size)) == 0):
+            return f"{v.base.name}.view({self.shape(size)})"
+        return text
 
     # ---- buffer lifetimes
     def _uses(self):
@@ -171,8 +212,15 @@ class WrapperCodegen:
             elif isinstance(e, MultiOutput):
                 body.append(f"{e.name} = {e.parent.name}" + "".join(f"[{j}]" for j in e.path))
                 body.append(self._check_strides(e))
+            elif e.name in self._out_variant:
+                # the result's buffer (a dead one's storage if any) is ours: its layout,
+                # dtype and storage offset are known, no check after the call
+                args = [self.arg(a) for a in e.args] + [f"{k}={self.arg(v)}" for k, v in e.kwargs.items()]
+                body.append(self._allocate(e, reuse.get(e.name)))
+                allocated.add(e.name)
+                body.append(f"{self.caller(self._out_variant[e.name])}({', '.join(args)}, out={e.name})")
             else:
-                op = self.const(e.op)
+                op = self.caller(e.op)
                 args = [self.arg(a) for a in e.args] + [f"{k}={self.arg(v)}" for k, v in e.kwargs.items()]
                 body.append(f"{e.name} = {op}({', '.join(args)})")
                 body += self._bind_unbacked(e)
@@ -193,6 +241,7 @@ class WrapperCodegen:
                 outs.append(self.arg(out))
         body.append("return (" + "".join(o + ", " for o in outs) + ")")
         self.lines += ["    " + line for line in body]
+        self.lines[:0] = self._preamble
         self.lines.append(f"output_strides = {self._output_strides()!r}")
         return "\n".join(self.lines) + "\n", self.globals
 
@@ -274,36 +323,109 @@ class WrapperCodegen:
                 f"{buf.name} = restride({buf.name}.to({dtype}), {size}, {stride})")
 
     def _plan_reuse(self, uses) -> dict:
-        """{new buffer: dead buffer whose storage it takes} (same dtype, device, storage size)."""
+        """{new buffer: dead buffer whose storage it takes} (same dtype, device, storage size).
+
+        The wrapper's allocations, in order: the buffers kernels store to and the results
+        of ``out=`` extern calls.  A buffer joins the pool after the entry of its last use
+        (``uses``: extended to the last use of anything that may alias it), so an entry
+        never writes into the storage of a buffer it reads, and two live buffers never
+        share storage."""
+        return plan_reuse(self._allocations(), uses, self._key)
+
+    def _allocations(self) -> list:
+        """[(entry index, buffer names the wrapper allocates there)]."""
         g = self.graph
-        pool: dict = {}
-        reuse: dict = {}
         seen: set = set()
+        plan = []
         for i, e in enumerate(self.entries):
+            names = []
             if isinstance(e, FusedKernel):
                 for b in e.buffers:
-                    buf = g.buffers[b.name]
-                    if b.stored and b.name not in seen and isinstance(buf, ComputedBuffer):
+                    if b.stored and b.name not in seen and isinstance(g.buffers[b.name], ComputedBuffer):
                         seen.add(b.name)
-                        key = (buf.dtype, buf.device, sympy.expand(buf.layout.storage_size()))
-                        if pool.get(key):
-                            reuse[b.name] = pool[key].pop()
-            for n, last in uses.items():
-                buf = g.buffers.get(n)
-                if last == i and isinstance(buf, ComputedBuffer):
-                    key = (buf.dtype, buf.device, sympy.expand(buf.layout.storage_size()))
-                    pool.setdefault(key, []).append(n)
-        return reuse
+                        names.append(b.name)
+            elif getattr(e, "name", None) in self._out_variant:
+                names.append(e.name)
+            plan.append((i, names))
+        return plan
 
-    def _allocate(self, buf: ComputedBuffer, old) -> str:
+    def _key(self, name):
+        buf = self.graph.buffers.get(name)
+        if buf is None or not (isinstance(buf, ComputedBuffer) or name in self._out_variant):
+            return None  # not the wrapper's: its storage may be shared or offset
+        return (buf.dtype, buf.device, sympy.expand(buf.layout.storage_size()))
+
+    def _allocate(self, buf: Buffer, old) -> str:
         lay = buf.layout
+        self._fresh.add(buf.name)
         if old is not None:
             olay = self.graph.buffers[old].layout
             if list(olay.size) == list(lay.size) and list(olay.stride) == list(lay.stride):
                 return f"{buf.name} = {old}; del {old}  # reuse"
-            return f"{buf.name} = reinterpret({old}, {self.shape(lay.size)}, {self.shape(lay.stride)}, 0); del {old}  # reuse"
+            return (f"{buf.name} = {old}.as_strided({self.shape(lay.size)}, {self.shape(lay.stride)}); "
+                    f"del {old}  # reuse")
         return (f"{buf.name} = empty_strided({self.shape(lay.size)}, {self.shape(lay.stride)}, "
                 f"dtype={self.const(lay.dtype)}, device={self.const(lay.device)})")
+
+
+def plan_reuse(allocations, uses: dict, key) -> dict:
+    """{new buffer: dead buffer whose storage it takes}.
+
+    ``allocations``: ``[(entry index, [names allocated there])]`` in order; ``uses``:
+    ``{name: index of the entry of its last use}``; ``key(name)``: what two buffers must
+    share to swap storage (dtype, device, storage size), None for a buffer that is never
+    reused nor reuses.  A buffer becomes free after the entry of its last use, and each
+    free storage is taken at most once, so the buffers live at any entry have distinct
+    storages."""
+    pool: dict = {}
+    reuse: dict = {}
+    dying: dict = {}
+    for n, last in uses.items():
+        dying.setdefault(last, []).append(n)
+    for i, names in allocations:
+        for n in names:
+            k = key(n)
+            if k is not None and pool.get(k):
+                reuse[n] = pool[k].pop()
+        for n in sorted(dying.get(i, ())):
+            k = key(n)
+            if k is not None:
+                pool.setdefault(k, []).append(n)
+    return reuse
+
+
+def out_overload(e):
+    """The ``out=`` overload of extern ``e`` when its result can be a buffer the wrapper
+    allocates (a GEMM whose fake result is dense row-major, as ATen's own), else None.
+    ATen's ``*.out`` kernels write a correctly sized ``out`` in place, whatever it held."""
+    if e.op not in _OUT_OPS or e.layout is None or e.mutated or getattr(e, "bindings", None):
+        return None
+    lay = e.layout
+    if lay.offset != 0 or list(lay.stride) != contiguous_strides(lay.size):
+        return None
+    return getattr(e.op.overloadpacket, "out", None)
+
+
+_OUT_OPS = frozenset({torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+                      torch.ops.aten.baddbmm.default})
+
+
+def _permutation(bsize, bstride, size, stride):
+    """``perm`` with ``size[i], stride[i] == bsize[perm[i]], bstride[perm[i]]`` (a view that
+    ``base.permute(perm)`` makes), for static sizes above 1 each; else None."""
+    if len(size) != len(bsize) or len(size) < 2:
+        return None
+    if not all(isinstance(n, sympy.Integer) and n > 1 for n in bsize):
+        return None
+    free = list(range(len(bsize)))
+    perm = []
+    for n, st in zip(size, stride):
+        match = next((j for j in free if bsize[j] == n and bstride[j] == st), None)
+        if match is None:
+            return None
+        free.remove(match)
+        perm.append(match)
+    return perm
 
 
 def _finite(bound) -> bool:

@@ -29,8 +29,17 @@ def _restride(t, size, stride):
     return out
 
 
+def extern_callable(op):
+    """What the wrapper calls for extern ``op``: an ``OpOverload``'s builtin (``op._op``,
+    all that ``OpOverload.__call__`` does is call it), else ``op`` itself."""
+    if type(op) is torch._ops.OpOverload and isinstance(getattr(op, "_op", None), type(len)):
+        return op._op
+    return op
+
+
 def base_globals() -> dict:
     """The globals every wrapper starts from (kernels and constants are added per graph)."""
     return {"torch": torch, "math": math, "empty_strided": torch.empty_strided,
             "reinterpret": _reinterpret, "restride": _restride,
+            "extern_callable": extern_callable,
             "_kiln_record": torch.profiler.record_function}

@@ -1,0 +1,145 @@
+"""The generated wrapper's per-call work: the buffer-reuse plan never gives one storage to
+two live buffers, GEMMs write into wrapper-allocated (reused) buffers through ``out=``,
+extern calls go through the overload's builtin, views of buffers are made without the
+``reinterpret`` helper where their storage offset or layout is known.  Eager is the oracle."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from torchkiln.codegen import compile_fx_inner, config
+from torchkiln.codegen.decompositions import decompositions
+from torchkiln.codegen.wrapper import plan_reuse
+from torchkiln.codegen.wrapper_runtime import extern_callable
+
+
+def _compile(fn, *args):
+    gm = make_fx(fn, decomposition_table=decompositions())(*args)
+    vals = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    with config.patch(debug=True, fx_graph_cache=False, mkldnn_linear=False):
+        return compile_fx_inner(gm, vals)
+
+
+def _live_ranges_disjoint(allocations, uses, reuse):
+    """Every storage (a chain of reuses) is held by one live buffer at a time."""
+    born = {n: i for i, names in allocations for n in names}
+    root = {}
+    for i, names in allocations:
+        for n in names:
+            root[n] = root[reuse[n]] if n in reuse else n
+    by_storage: dict = {}
+    for n, r in root.items():
+        by_storage.setdefault(r, []).append((born[n], uses.get(n, born[n]), n))
+    for ranges in by_storage.values():
+        ranges.sort()
+        for (b0, d0, n0), (b1, d1, n1) in zip(ranges, ranges[1:]):
+            assert d0 < b1, f"{n0} (live {b0}..{d0}) and {n1} (live {b1}..{d1}) share a storage"
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_plan_reuse_never_aliases_live_buffers(seed):
+    rng = random.Random(seed)
+    n_entries = rng.randint(1, 25)
+    allocations, uses, keys = [], {}, {}
+    count = 0
+    for i in range(n_entries):
+        names = []
+        for _ in range(rng.choice([0, 1, 1, 2])):
+            name = f"buf{count}"
+            count += 1
+            names.append(name)
+            keys[name] = rng.choice([None, "a", "a", "b"])  # None: an input / extern result
+            uses[name] = rng.randint(i, n_entries + 1)       # n_entries and above: an output
+        allocations.append((i, names))
+    reuse = plan_reuse(allocations, uses, keys.get)
+    for new, old in reuse.items():
+        assert keys[new] == keys[old] is not None
+    assert len(set(reuse.values())) == len(reuse)  # each dead storage taken once
+    _live_ranges_disjoint(allocations, uses, reuse)
+
+
+def test_plan_reuse_waits_for_the_last_use():
+    # buf0 is read by entry 1, which allocates buf1: buf1 must not take buf0's storage there
+    allocations = [(0, ["buf0"]), (1, ["buf1"]), (2, ["buf2"])]
+    uses = {"buf0": 1, "buf1": 3, "buf2": 3}
+    assert plan_reuse(allocations, uses, lambda n: "k") == {"buf2": "buf0"}
+
+
+def test_gemm_chain_reuses_buffers_through_out():
+    torch.manual_seed(0)
+    w1, w2, b = torch.randn(32, 32), torch.randn(32, 32), torch.randn(32)
+
+    def fn(x):
+        h = x
+        for _ in range(4):  # each GEMM reads the previous one's result, which dies there
+            h = torch.relu(torch.addmm(b, h, w1.t())) @ w2
+        return (h, torch.mm(h, w1))
+
+    x = torch.randn(8, 32)
+    compiled = _compile(fn, x)
+    src = compiled.source
+    assert "out=buf" in src and "# reuse" in src
+    assert "reinterpret(" not in src  # w1.t() is .t(); views of wrapper buffers as_strided
+    torch.testing.assert_close(compiled(x), fn(x), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(compiled(x), fn(x), atol=1e-4, rtol=1e-4)  # second call: same
+
+
+def test_out_buffer_is_not_an_input_or_live_output():
+    torch.manual_seed(0)
+    w = torch.randn(16, 16)
+
+    def fn(x):
+        a = x @ w           # returned: its storage is never reused
+        b = torch.sigmoid(a) @ w
+        c = b.t() @ b       # a transposed view of a live GEMM result as an argument
+        return (a, c @ w, a.t())
+
+    x = torch.randn(16, 16)
+    compiled = _compile(fn, x)
+    out = compiled(x)
+    ref = fn(x)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    ptrs = [o.untyped_storage().data_ptr() for o in out]
+    assert ptrs[0] == ptrs[2] and ptrs[0] != ptrs[1]  # a and a.t() alias, as eager's
+    assert out[2].stride() == ref[2].stride()
+
+
+def test_batched_gemm_views_and_reuse():
+    torch.manual_seed(0)
+
+    def fn(q, k, v):
+        s = torch.softmax(torch.bmm(q, k.transpose(1, 2)), -1)
+        o = torch.bmm(s, v)
+        return (torch.baddbmm(o, o, v.transpose(1, 2)[:, :, :8].contiguous()).reshape(4, -1),)
+
+    q, k, v = torch.randn(4, 8, 16), torch.randn(4, 8, 16), torch.randn(4, 8, 8)
+    compiled = _compile(fn, q, k, v)
+    torch.testing.assert_close(compiled(q, k, v), fn(q, k, v), atol=1e-4, rtol=1e-4)
+
+
+def test_extern_calls_go_through_the_overload_builtin():
+    op = torch.ops.aten.mm.default
+    assert extern_callable(op) is op._op
+    assert extern_callable(torch.add) is torch.add
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    torch.testing.assert_close(extern_callable(op)(a, b), a @ b)
+
+
+def test_inputs_with_a_storage_offset():
+    # views of graph inputs keep the input's storage offset (t() / view / reinterpret)
+    torch.manual_seed(0)
+    big = torch.randn(40, 16)
+    w = big[8:24]  # offset 128 into the storage
+    x = torch.randn(4, 2, 16)
+
+    def fn(x, w):
+        return (x.reshape(8, 16) @ w.t(), torch.mm(x.reshape(8, 16), w))
+
+    compiled = _compile(fn, x, w)
+    assert ".t()" in compiled.source and ".view(" in compiled.source
+    torch.testing.assert_close(compiled(x, w), fn(x, w), atol=1e-4, rtol=1e-4)
+    y = torch.randn(12, 2, 16)[4:8]  # another offset on the next call
+    torch.testing.assert_close(compiled(y, w), fn(y, w), atol=1e-4, rtol=1e-4)
