@@ -57,6 +57,10 @@ ALL_MODULES = ["test_list", "test_tuple", "test_dict", "test_set", "test_int", "
 CI_MODULES = ["test_list", "test_contextlib", "test_operator"]
 
 TEST_TIMEOUT_S = float(os.environ.get("TORCHKILN_CPYTHON_TIMEOUT", "30"))
+# The backend the compiled runs use.  "eager" checks capture alone; the default backend
+# ("inductor") with a kept TORCHKILN_CACHE_DIR checks warm-start records: run the harness
+# twice, and the second run replays the first run's records in new processes.
+BACKEND = os.environ.get("TORCHKILN_CPYTHON_BACKEND", "eager")
 FLOOR_SLACK = 2  # tests below the measured count that the recorded floor allows
 KILL_GRACE_S = 15.0
 
@@ -177,7 +181,7 @@ def run_case(case, compiled: bool) -> tuple[str, str, bool]:
         import torchkiln
 
         bound = getattr(fresh, fresh._testMethodName)
-        setattr(fresh, fresh._testMethodName, torchkiln.compile(bound, backend="eager"))
+        setattr(fresh, fresh._testMethodName, torchkiln.compile(bound, backend=BACKEND))
     result = _make_result()
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, TEST_TIMEOUT_S)
