@@ -65,6 +65,15 @@ def _steps(chain: str) -> list[str]:
     return out
 
 
+def _prefixes(steps: list[str]) -> list[str]:
+    """``["L['a']", ".b", ".c"]`` -> ``["L['a']", "L['a'].b", "L['a'].b.c"]``."""
+    out, key = [], ""
+    for step in steps:
+        key += step
+        out.append(key)
+    return out
+
+
 def hoist_shared_prefixes(codes: list[str]) -> list[tuple[list[str], str]]:
     """Per expression of ``codes`` (Python source reading sources), the assignments to
     run before it and its text rewritten to use them: every source prefix used more
@@ -72,32 +81,42 @@ def hoist_shared_prefixes(codes: list[str]) -> list[tuple[list[str], str]]:
     once into a local ``___v<n>``, at its first use.  Reading a module attribute goes
     through ``nn.Module.__getattr__`` (about a microsecond); guards and argument getters
     read the same paths many times per call."""
-    chains = [[_steps(m.group(0)) for m in _CHAIN.finditer(code)] for code in codes]
+    split: dict[str, tuple[list[str], list[str]]] = {}  # chain -> (steps, prefixes)
+    chains = []
+    for code in codes:
+        part = []
+        for m in _CHAIN.finditer(code):
+            chain = m.group(0)
+            if chain not in split:
+                steps = _steps(chain)
+                split[chain] = (steps, _prefixes(steps))
+            part.append(chain)
+        chains.append(part)
     uses: dict[str, int] = {}
     for part in chains:
-        for steps in part:
-            for n in range(1, len(steps) + 1):
-                key = "".join(steps[:n])
+        for chain in part:
+            for key in split[chain][1]:
                 uses[key] = uses.get(key, 0) + 1
     names: dict[str, str] = {}
 
     def rewrite(match) -> str:
-        steps = _steps(match.group(0))
+        chain = match.group(0)
+        steps, prefixes = split[chain]
         for n in range(len(steps), 0, -1):
-            key = "".join(steps[:n])
-            if key in names:
-                return names[key] + "".join(steps[n:])
-        return match.group(0)
+            name = names.get(prefixes[n - 1])
+            if name is not None:
+                return name + "".join(steps[n:])
+        return chain
 
     out = []
     for code, part in zip(codes, chains):
         setup = []
-        for steps in part:
-            for n in range(1, len(steps) + 1):
-                key = "".join(steps[:n])
+        for chain in part:
+            steps, prefixes = split[chain]
+            for n, key in enumerate(prefixes):
                 if uses[key] > 1 and key not in names:
-                    parent = "".join(steps[:n - 1])
-                    expr = (names[parent] + steps[n - 1]) if parent in names else key
+                    parent = prefixes[n - 1] if n else None
+                    expr = (names[parent] + steps[n]) if parent in names else key
                     names[key] = f"___v{len(names)}"
                     setup.append(f"{names[key]} = {expr}")
         out.append((setup, _CHAIN.sub(rewrite, code)))
