@@ -17,7 +17,10 @@ result check against eager.
 and no ``.pyc`` of torchkiln (every process compiles torchkiln's sources: a checkout
 used in place, CI here); ``write`` gives them a ``PYTHONPYCACHEPREFIX`` kept across
 the run (what a ``pip install`` user sees: ``.pyc`` files exist); ``both`` measures
-the two, interleaved.  The peer's process imports neither torchkiln's compiler nor its
+the two, interleaved.  Each process also reports its CPU time (``time.process_time()``) at the end of the
+first step: ``cpu`` columns, far less sensitive to a loaded machine than wall time
+(torch.compile's compile workers, if it starts any, are not counted: a flattering peer).
+The peer's process imports neither torchkiln's compiler nor its
 ``__init__`` (the suite's model factories are loaded under stub packages), so its
 time holds torch.compile's work only.
 
@@ -73,7 +76,7 @@ def eager_worker(spec: dict) -> dict:
         model = copy.deepcopy(copy.deepcopy(work.model))
         measure.timed(run._Step(model, model, work, spec["mode"], spec["device"]).first, spec["device"])
         seconds = time.time() - spec["spawn_time"]
-    return {"s": seconds, "status": "ok", "error": "", "hits": None, "graphs": 0}
+    return {"s": seconds, "cpu": time.process_time(), "status": "ok", "error": "", "hits": None, "graphs": 0}
 
 
 def worker(spec: dict) -> dict:
@@ -96,7 +99,8 @@ def worker(spec: dict) -> dict:
         hits.update({k: v for k, v in counters["aot_autograd"].items() if k.startswith("autograd_cache")})
     else:
         hits = row.get("warm_start_hits")
-    return {"s": row.get(f"{prefix}warm_start_s"), "status": row.get(f"{prefix}status"),
+    return {"s": row.get(f"{prefix}warm_start_s"), "cpu": row.get(f"{prefix}warm_start_cpu_s"),
+            "status": row.get(f"{prefix}status"),
             "error": row.get(f"{prefix}error", ""), "hits": hits, "graphs": row.get(f"{prefix}graphs")}
 
 
@@ -162,6 +166,8 @@ def measure_row(model: str, mode: str, args, pycache: str | None) -> dict:
         times = [r["s"] for r in results if r.get("s") is not None and r.get("status") == "ok"]
         bad = [r for r in results if r.get("status") != "ok"]
         row[name] = min(times) if times else None
+        cpus = [r["cpu"] for r in results if r.get("cpu") is not None and r.get("status") == "ok"]
+        row[f"{name}_cpu"] = min(cpus) if cpus else None
         row[f"{name}_all"] = [r.get("s") for r in results]
         if bad:
             row[f"{name}_error"] = f"{bad[0].get('status')}: {bad[0].get('error')}"
@@ -169,6 +175,8 @@ def measure_row(model: str, mode: str, args, pycache: str | None) -> dict:
     for name, _ in kinds:
         if row[name] and row["peer"]:
             row[f"{name}/peer"] = row[name] / row["peer"]
+        if row[f"{name}_cpu"] and row["peer_cpu"]:
+            row[f"{name}/peer_cpu"] = row[f"{name}_cpu"] / row["peer_cpu"]
     if not args.keep:
         import shutil
 
@@ -200,7 +208,8 @@ def main(argv=None) -> int:
     kinds = ["base"] * bool(args.base) + kinds + ["eager"] * args.floor
     rows = []
     print(f"{'model':12} {'mode':9} " + " ".join(f"{k + ' s':>9}" for k in kinds) + f" {'peer s':>8} "
-          + " ".join(f"{k + '/peer':>13}" for k in kinds) + "  hits  notes", flush=True)
+          + " ".join(f"{k + '/peer':>13}" for k in kinds) + " " + " ".join(f"{k + ' cpu':>11}" for k in kinds)
+          + f" {'peer cpu':>9} " + " ".join(f"{k + '/peer cpu':>14}" for k in kinds) + "  hits  notes", flush=True)
     for model in args.models.split(","):
         for mode in args.modes.split(","):
             row = measure_row(model, mode, args, pycache)
@@ -209,9 +218,14 @@ def main(argv=None) -> int:
             fmt = lambda v, spec: format(v, spec) if v is not None else "-"
             print(f"{model:12} {mode:9} " + " ".join(f"{fmt(row[k], '9.2f')}" for k in kinds)
                   + f" {fmt(row['peer'], '8.2f')} " + " ".join(f"{fmt(row.get(k + '/peer'), '13.3f')}" for k in kinds)
+                  + " " + " ".join(f"{fmt(row.get(k + '_cpu'), '11.2f')}" for k in kinds)
+                  + f" {fmt(row.get('peer_cpu'), '9.2f')} "
+                  + " ".join(f"{fmt(row.get(k + '/peer_cpu'), '14.3f')}" for k in kinds)
                   + "  " + " ".join(str(row.get(k + "_hits")) for k in kinds if k != "eager") + f"  {notes}", flush=True)
     summary = {k: geomean([r.get(f"{k}/peer") for r in rows]) for k in kinds}
+    summary.update({f"{k} cpu": geomean([r.get(f"{k}/peer_cpu") for r in rows]) for k in kinds})
     worst = {k: max((r.get(f"{k}/peer") or 0 for r in rows), default=None) for k in kinds}
+    worst.update({f"{k} cpu": max((r.get(f"{k}/peer_cpu") or 0 for r in rows), default=None) for k in kinds})
     print("geomean " + ", ".join(f"{k}/peer {fmt(v, '.3f')} (worst row {fmt(worst[k], '.3f')})"
                                  for k, v in summary.items()), flush=True)
     if args.json:

@@ -202,6 +202,7 @@ def _first_call(prefix: str, pristine, work, mode, opts: Options, compile_fn, gr
             out, seconds = measure.timed(step.first, opts.device)
             if spawn_time is not None:
                 row[f"{prefix}warm_start_s"] = time.time() - spawn_time
+                row[f"{prefix}warm_start_cpu_s"] = time.process_time()  # this process's CPU since it started
         graphs_after = graphs_fn()
         row[f"{prefix}compile_{phase}_s"] = seconds
         if callable(ref):
