@@ -106,3 +106,22 @@ def test_constant_tensor_alias_inside_graph():
         return b
 
     torch.testing.assert_close(aot_function(f, nop)(), f())
+
+
+def test_reshape_of_an_intermediate_is_a_view_not_as_strided():
+    # a language model's logits: (batch*seq, vocab) matmul output returned as
+    # (batch, seq, vocab); as_strided's backward zero-filled a base-sized gradient each step
+    def f(x, w):
+        return (x @ w).view(2, 3, 5)
+
+    _, res, _, _ = check(f, lambda: [torch.randn(6, 4, requires_grad=True), torch.randn(4, 5, requires_grad=True)])
+    assert type(res.grad_fn).__name__ == "ViewBackward0", res.grad_fn
+
+
+def test_strided_slice_of_an_intermediate_stays_as_strided():
+    def f(x):
+        y = x * 2
+        return y[:, 1:], y.t()
+
+    _, res, _, _ = check(f, lambda: [torch.randn(3, 4, requires_grad=True)])
+    assert res[0]._base is res[1]._base

@@ -172,12 +172,30 @@ def regenerate_view(base: torch.Tensor, graph_out: torch.Tensor, info, fake) -> 
             view = torch._C._functionalization.apply_view_meta_sequence(base, info.view_metas)
             if view.shape == graph_out.shape and view.dtype == graph_out.dtype:
                 return view
-        view = _reinterpret(base, graph_out.dtype).as_strided(size, stride, offset)
+        if _is_reshape_of(base, graph_out.dtype, size, stride, offset):
+            # base.view: autograd records a ViewBackward (a reshape of the gradient), where
+            # as_strided's backward zero-fills and scatters a base-sized gradient on every
+            # step (a language model's logits, a view of the head's matmul output)
+            view = base.view(size)
+        else:
+            view = _reinterpret(base, graph_out.dtype).as_strided(size, stride, offset)
         if view.is_conj() != graph_out.is_conj():  # _conj's lazy conjugation bit
             view = view.conj()
         if view.is_neg() != graph_out.is_neg():
             view = torch._neg_view(view)
         return view
+
+
+def _is_reshape_of(base: torch.Tensor, dtype, size, stride, offset) -> bool:
+    """Whether ``base.as_strided(size, stride, offset)`` is ``base.view(size)``: a
+    contiguous base seen whole, with contiguous strides, at its own offset."""
+    if base.dtype != dtype or offset != base.storage_offset() or not base.is_contiguous():
+        return False
+    expected, numel = [], 1
+    for s in reversed(list(size)):
+        expected.append(numel)
+        numel *= s
+    return numel == base.numel() and all(a == b for a, b, n in zip(stride, reversed(expected), size) if n != 1)
 
 
 def _reinterpret(base: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

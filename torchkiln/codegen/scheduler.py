@@ -28,8 +28,8 @@ import torch
 
 from . import ir
 from .ir import BufferArg, Load, Loop, Masked, Op, Reduce, ReductionValue, Store
-from .nodes import (ComputedBuffer, ExternKernel, InputBuffer, MultiOutput, MutationBuffer, Pointwise, Reduction, Scatter,
-                    cast)
+from .nodes import (Buffer, ComputedBuffer, ExternKernel, InputBuffer, IRNode, MultiOutput, MutationBuffer, Pointwise,
+                    Reduction, ReinterpretView, Scatter, cast)
 
 
 class NotFusable(Exception):
@@ -320,6 +320,29 @@ def _node_symbols(node: SchedulerNode) -> set:
     return set().union(*[sympy.sympify(e).free_symbols for e in exprs])
 
 
+def _extern_reads(buf) -> Optional[set]:
+    """The buffers an extern call reads, or None when it must come after every computed
+    buffer defined before it: an op that mutates, a collective (compute placed before
+    it overlaps its communication), an argument of an unknown kind."""
+    if isinstance(buf, MultiOutput):
+        return {buf.parent.name}
+    op = buf.op
+    if not isinstance(op, torch._ops.OpOverload) or op._schema.is_mutable or op.namespace == "_c10d_functional":
+        return None
+    names = set()
+
+    def walk(a) -> bool:
+        if isinstance(a, (Buffer, ReinterpretView)):
+            names.add(a.name)
+        elif isinstance(a, (list, tuple)):
+            return all(walk(b) for b in a)
+        elif isinstance(a, IRNode):
+            return False
+        return True
+
+    return names if walk(list(buf.args)) and walk(list(buf.kwargs.values())) else None
+
+
 class Scheduler:
     """Orders the graph's buffers into kernels and extern calls.
 
@@ -333,13 +356,39 @@ class Scheduler:
         self.position: dict[str, int] = {}
 
     def run(self) -> "Scheduler":
+        """A computed buffer that reads only graph inputs is scheduled when its first
+        reader that is not such a buffer comes (or at the end), not where the graph
+        defines it: a backward graph recomputes activations from saved inputs up front
+        (``gelu(x)`` for a weight gradient), and there they could not share a kernel with
+        the later nodes that read the same inputs (gelu's backward), as TorchInductor's
+        fusion of independent nodes that share reads can."""
         buffers = list(self.graph.buffers.values())
+        pending: dict[str, SchedulerNode] = {}  # deferred nodes, in graph order
+
+        def flush(names) -> None:
+            for name in names:
+                node = pending.pop(name, None)
+                if node is not None:
+                    flush(sorted(node.reads & pending.keys(), key=list(pending).index))
+                    self._schedule(node)
+
         for buf in buffers:
             if isinstance(buf, ComputedBuffer):
-                self._schedule(SchedulerNode(buf))
+                node = SchedulerNode(buf)
+                if node.is_mutation:
+                    flush(list(pending))
+                    self._schedule(node)
+                elif all(r in pending or isinstance(self.graph.buffers.get(r), InputBuffer) for r in node.reads):
+                    pending[node.name] = node
+                else:
+                    flush(sorted(node.reads & pending.keys(), key=list(pending).index))
+                    self._schedule(node)
             elif isinstance(buf, (ExternKernel, MultiOutput)):
+                reads = _extern_reads(buf)
+                flush(list(pending) if reads is None else [n for n in pending if n in reads])
                 self.position[buf.name] = len(self.entries)
                 self.entries.append(buf)
+        flush(list(pending))
         if len(self.graph.buffers) != len(buffers):
             raise RuntimeError("a lowering created buffers while being scheduled (a bug): not compiling")
         return self
