@@ -39,10 +39,13 @@ def _compile_kernels(kernels, failures):
     module = load_module(source)
     # the launcher compiles kernels with index checks with debug on (tl.device_assert)
     options = {"debug": True, "sanitize_overflow": False} if "kiln_check_index(" in source.split("def kiln_check")[-1] else None
+    from torchkiln.codegen.triton.kernel import KernelRenderer
+
     for k in kernels:
         names = [k.name] if not k.reduction_ranges else [f"{k.name}_persistent", f"{k.name}_looped"]
+        params = KernelRenderer(k).canonical_names()  # the jit functions' parameter names
         for name in names:
-            sig = {b.name: _TL_SIG[b.dtype] for b in k.buffers}
+            sig = {params[b.name]: _TL_SIG[b.dtype] for b in k.buffers}
             sig.update({str(s): "i64" for s in k.size_args})
             sig["xnumel"] = "i32"
             constexprs = {"XBLOCK": 8, "IDX64": False}

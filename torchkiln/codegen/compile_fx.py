@@ -409,6 +409,7 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None
                          "max-autotune-no-cudagraphs")
     cudagraphs = mode in ("reduce-overhead", "max-autotune") if not options or "triton.cudagraphs" not in options \
         else bool(options["triton.cudagraphs"])
+    _warm_compile_pool(example_inputs)
     try:
         frozen = _frozen_compiler(gm, example_inputs)
         compilers = {"fw_compiler": compile_fx_inner, "bw_compiler": compile_fx_inner, "inference_compiler": frozen}
@@ -427,6 +428,21 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None
             raise
         warnings.warn(f"torchkiln inductor backend fell back to eager: {type(e).__name__}: {e}")
         return gm.forward
+
+
+def _warm_compile_pool(example_inputs) -> None:
+    """Start the Triton compile workers when the graph runs on a GPU, before AOT autograd
+    and lowering (their imports overlap ours; TorchInductor's backend does the same)."""
+    import importlib.util
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") == "1" or not any(
+            isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs):
+        return
+    if importlib.util.find_spec("triton") is not None:
+        from .triton import compile_pool
+
+        compile_pool.warm()
 
 
 class _FrameCacheProtocol:

@@ -233,7 +233,8 @@ class GraphLowering:
         elif isinstance(data, Pointwise) and len(node.users) > 1 and (
                 data.num_ops() > config.realize_ops_threshold
                 or (data.device.type == "cpu" and _broadcast_downstream(node, val.numel())
-                    and data.has_transcendental())):
+                    and data.has_transcendental())
+                or (_triton_kernels(data.device) and _many_reads(data, node))):
             box.realize(self._realize_stride(data, val))
         elif isinstance(data, Pointwise) and len(node.users) > 1:
             # kept inline; a consumer that stores a view of it stores it instead (nodes._realize_shared_root)
@@ -285,6 +286,29 @@ def _has_non_kernel_dtype(node) -> bool:
     vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
     return any(isinstance(v, torch.Tensor) and v.dtype not in KERNEL_DTYPES
                for v in torch.utils._pytree.tree_leaves(vals))
+
+
+# ATen ops lowered to reductions (after decomposition): a value they read is loaded
+# whole by them, so storing it there costs one write
+_REDUCTION_OPS = frozenset(getattr(torch.ops.aten, name) for name in (
+    "sum", "prod", "amax", "amin", "argmax", "argmin", "max", "min", "any", "all", "mean", "var_mean", "var"))
+
+
+def _triton_kernels(device: torch.device) -> bool:
+    return device.type == "cuda" or (device.type == "cpu" and config.cpu_backend == "triton")
+
+
+def _many_reads(data: Pointwise, node) -> bool:
+    """Whether a pointwise value with several users is stored rather than recomputed by
+    each (Triton kernels): it loads more than ``config.realize_reads_threshold`` buffers
+    (TorchInductor's ``realize_reads_threshold``), or 3+ and a reduction reads it.  A
+    transformer's residual stream ``x + attn + mlp`` was otherwise rebuilt from the
+    embedding and every earlier layer's outputs by each layer norm (nanoGPT layer 6
+    read 8 buffers per element), and kernels of identical layers differed."""
+    reads = data.num_reads()
+    if reads > config.realize_reads_threshold:
+        return True
+    return reads >= 3 and any(getattr(u.target, "overloadpacket", None) in _REDUCTION_OPS for u in node.users)
 
 
 def _broadcast_downstream(node, numel, depth: int = 2) -> bool:

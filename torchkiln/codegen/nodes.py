@@ -130,6 +130,13 @@ class Pointwise(IRNode):
         value = self.inner_fn([sympy.Symbol(f"t{i}", integer=True) for i in range(len(self.size))])
         return _count_ops(value)
 
+    def num_reads(self) -> int:
+        """How many distinct buffers the expression loads (indirect index values included)."""
+        value = self.inner_fn([sympy.Symbol(f"t{i}", integer=True) for i in range(len(self.size))])
+        names: set = set()
+        _loaded_names(value, names, set())
+        return len(names)
+
     def has_transcendental(self) -> bool:
         """Whether the expression calls a math function (exp, sin, cos...) that costs
         tens of cycles per element, too much to recompute in every consumer."""
@@ -148,6 +155,22 @@ def _has_op(v, names, seen) -> bool:
     if isinstance(v, Load):
         return any(_has_op(i.value, names, seen) for i in v.indirect)
     return False
+
+
+def _loaded_names(v, names: set, seen: set) -> None:
+    if id(v) in seen:
+        return
+    seen.add(id(v))
+    if isinstance(v, Op):
+        for a in v.args:
+            _loaded_names(a, names, seen)
+    elif isinstance(v, ir.Masked):
+        _loaded_names(v.body, names, seen)
+        _loaded_names(v.mask, names, seen)
+    elif isinstance(v, Load):
+        names.add(v.buffer)
+        for i in v.indirect:
+            _loaded_names(i.value, names, seen)
 
 
 def _count_ops(v, seen=None) -> int:

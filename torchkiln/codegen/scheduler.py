@@ -144,7 +144,9 @@ def build_loops(ranges, rranges, nodes) -> list:
             ind = tuple(dataclasses.replace(i, value=forward(i.value, pos, cache)) for i in value.indirect)
             if value.buffer in stored:
                 lpos, st = stored[value.buffer]
-                visible = (not loops[lpos].reduction and lpos < pos) or (lpos == pos)
+                # a value stored in an earlier reduction loop is visible to a later one
+                # (its expression: registers in a persistent kernel, recomputed in a looped one)
+                visible = lpos == pos or (lpos < pos and (not loops[lpos].reduction or (across and placing[0])))
                 if not visible or ind or st.indirect or st.mode or sympy.expand(st.index - value.index) != 0:
                     raise NotFusable(value.buffer)
                 out = cast(st.value, value.dtype)
@@ -159,8 +161,14 @@ def build_loops(ranges, rranges, nodes) -> list:
         cache[key] = out
         return out
 
+    # whether the statements being made go into a reduction loop; only Triton kernels
+    # forward a value across reduction loops (the C++ generator keeps its kernels as before)
+    placing = [False]
+    across = bool(nodes) and _triton_device(nodes[0].buf.layout.device)
+
     def place(reduction: bool, make_stmts) -> int:
         candidates = [i for i in reversed(range(len(loops))) if loops[i].reduction == reduction]
+        placing[0] = reduction
         for pos in candidates + [len(loops)]:
             try:
                 stmts = make_stmts(pos)
@@ -222,6 +230,12 @@ def build_loops(ranges, rranges, nodes) -> list:
         pos = place(inner, make)
         stored[node.store_name] = (pos, holder["store"])
     return loops
+
+
+def _triton_device(device) -> bool:
+    from . import config
+
+    return device.type == "cuda" or (device.type == "cpu" and config.cpu_backend == "triton")
 
 
 def _place_welford(place, loops, acc, forward, raw, data) -> tuple[int, str]:

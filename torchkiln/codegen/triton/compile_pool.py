@@ -27,17 +27,31 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 _lock = threading.Lock()
 _pool: "_Pool | None" = None
 
 
 def workers() -> int:
-    """The pool size: ``$TORCHKILN_COMPILE_THREADS``, else min(cpu count, 8)."""
+    """The pool size: ``$TORCHKILN_COMPILE_THREADS``, else min(cpu count, 32) (as
+    TorchInductor's ``compile_threads``)."""
     env = os.environ.get("TORCHKILN_COMPILE_THREADS")
     if env is not None:
         return max(int(env), 0)
-    return min(os.cpu_count() or 1, 8)
+    return min(os.cpu_count() or 1, 32)
+
+
+def warm() -> None:
+    """Start the pool now (its workers import torch and triton while the caller goes on
+    capturing and lowering): called when a graph with CUDA inputs reaches the backend,
+    as TorchInductor's backend warms its pool."""
+    pool()
+
+
+# What the pool did, for `benchmarks/compile_profile.py` and the trace: jobs answered,
+# seconds the workers spent compiling and building C launchers, the slowest job.
+stats = {"jobs": 0, "compile_s": 0.0, "launcher_s": 0.0, "max_job_s": 0.0, "started_at": None}
 
 
 class _Pool:
@@ -71,7 +85,13 @@ class _Pool:
             head = proc.stdout.read(8)
             if len(head) < 8:
                 raise RuntimeError("Triton compile worker exited")
-            return pickle.loads(proc.stdout.read(struct.unpack("<Q", head)[0]))
+            answers = pickle.loads(proc.stdout.read(struct.unpack("<Q", head)[0]))
+            for _, compile_s, launcher_s in answers:
+                stats["jobs"] += 1
+                stats["compile_s"] += compile_s
+                stats["launcher_s"] += launcher_s
+                stats["max_job_s"] = max(stats["max_job_s"], compile_s + launcher_s)
+            return answers
         finally:
             self.idle.put(proc)
 
@@ -93,6 +113,7 @@ def pool() -> "_Pool | None":
     global _pool
     with _lock:
         if _pool is None and workers() > 1:
+            stats["started_at"] = time.perf_counter()
             _pool = _Pool(workers())
             atexit.register(_pool.close)
         return _pool

@@ -3,7 +3,7 @@
 Reads length-prefixed pickled jobs ``(module path, GPUTarget, [(jit function name,
 warmup args, options)...])`` on stdin; for each, compiles the specialization for the
 parent's GPU target and builds its C launcher (both cached on disk by Triton), and
-answers ``[error text or None per kernel]``.  The module's kernels are bound to the
+answers ``[(error text or None, compile seconds, C launcher seconds) per kernel]``.  The module's kernels are bound to the
 Triton store as the parent's are (``cache/triton_store.bind_module``), so compiled
 binaries land where the parent's compile looks for them.  It never creates a CUDA context: Triton's
 driver is told the target, device 0 and stream 0.  Exits at the end of stdin.
@@ -15,6 +15,7 @@ import os
 import pickle
 import struct
 import sys
+import time
 
 _modules: dict = {}
 
@@ -49,15 +50,17 @@ def compile_job(path: str, target, kernels: list) -> list:
 
     _use_target(target)
     module = _module(path)
-    errors = []
+    answers = []
     for name, args, options in kernels:
+        t0 = time.perf_counter()
         try:
             kernel = getattr(module, name).warmup(*args, grid=(1,), **options)
+            t1 = time.perf_counter()
             driver.active.launcher_cls(kernel.src, kernel.metadata)  # the C launcher, cached too
-            errors.append(None)
+            answers.append((None, t1 - t0, time.perf_counter() - t1))
         except Exception as e:  # the parent compiles it again and reports the error
-            errors.append(f"{type(e).__name__}: {e}")
-    return errors
+            answers.append((f"{type(e).__name__}: {e}", time.perf_counter() - t0, 0.0))
+    return answers
 
 
 def main() -> None:
@@ -75,7 +78,7 @@ def main() -> None:
         try:
             answer = compile_job(*job)
         except Exception as e:
-            answer = [f"{type(e).__name__}: {e}"]
+            answer = [(f"{type(e).__name__}: {e}", 0.0, 0.0)]
         data = pickle.dumps(answer)
         out.write(struct.pack("<Q", len(data)) + data)
         out.flush()

@@ -166,6 +166,7 @@ class TritonGenerator(KernelGenerator):
         self.interpret = device.type == "cpu" or interpreter_active()
         self._source = ""
         self._launchers: list[str] = []
+        self._aliases: dict[str, str] = {}  # jit function -> the identical one it reuses (render)
         if not self.interpret:
             use_triton_cache_dir()
 
@@ -174,7 +175,19 @@ class TritonGenerator(KernelGenerator):
         libdevice = ("from torchkiln.codegen.triton import interpret_libdevice as libdevice" if self.interpret
                      else "from triton.language.extra import libdevice")
         parts = [PRELUDE.format(libdevice_import=libdevice, interpret=self.interpret)]
-        parts += [KernelRenderer(k).render(self.interpret) for k in kernels]
+        first: dict[str, str] = {}  # jit source (its name blanked) -> the function defined with it
+        self._aliases = {}
+        for k in kernels:
+            jit, launcher = KernelRenderer(k).render_parts(self.interpret)
+            for name, src in jit:
+                body = src.replace(f"def {name}(", "def _(", 1)
+                if body in first:  # the same kernel as an earlier one: one function, one Launcher
+                    self._aliases[name] = first[body]
+                    parts.append(f"{name} = {first[body]}" + ("" if self.interpret else f"\n{name}_L = {first[body]}_L"))
+                else:
+                    first[body] = name
+                    parts.append(src + ("" if self.interpret else f"\n\n\n{name}_L = _rt.Launcher({name})"))
+            parts.append(launcher)
         return "\n\n".join(parts) + "\n"
 
     def compile_kernels(self, kernels: list) -> dict:
@@ -199,7 +212,12 @@ class TritonGenerator(KernelGenerator):
             return done
         from triton.runtime.driver import driver
 
-        jobs = [job for k in kernels for job in KernelRenderer(k).precompile_jobs({})]
+        jobs = []  # each distinct jit function and specialization once
+        for k in kernels:
+            for name, args, options in KernelRenderer(k).precompile_jobs({}):
+                job = (self._aliases.get(name, name), args, options)
+                if job not in jobs:
+                    jobs.append(job)
         compiled = compile_pool.precompile(module_path(self._source), jobs, driver.active.get_current_target())
         compiled.add_done_callback(lambda _: done.set_result(objects))
         return done

@@ -22,6 +22,7 @@ Layout of a rendered kernel (the IR semantics of docs/codegen.md, blocked):
 from __future__ import annotations
 
 import math
+import re
 
 import sympy
 import torch
@@ -101,6 +102,33 @@ _BINARY_INFIX = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwis
                  "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
                  "ge": ">="}
 _BINARY_LIBDEVICE = {"atan2", "hypot", "copysign", "fmod", "pow"}
+
+
+_TOKEN = re.compile(r"'[^'\\\n]*'|\"[^\"\\\n]*\"|\b[A-Za-z_]\w*\b")
+
+
+def _rename(src: str, names: dict[str, str]) -> str:
+    """``src`` with each identifier in ``names`` renamed, and identifiers ``<name>_<suffix>``
+    (a reduction's accumulators ``acc_buf3_mean``) to ``<new name>_<suffix>``; string
+    literals are left alone."""
+    prefixes = sorted(names, key=len, reverse=True)
+
+    def sub(m):
+        tok = m.group(0)
+        if tok[0] in "'\"":
+            return tok
+        new = names.get(tok)
+        if new is not None:
+            return new
+        for p in prefixes:
+            if tok.startswith(p + "_") and tok[len(p) + 1:] in _ACC_SUFFIXES:
+                return names[p] + tok[len(p):]
+        return tok
+
+    return _TOKEN.sub(sub, src)
+
+
+_ACC_SUFFIXES = frozenset({"acc", "idx", "mean", "m2", "weight"})
 
 
 class _Scope:
@@ -670,12 +698,30 @@ class KernelRenderer:
     def render(self, interpret: bool = True) -> str:
         """Source of the kernel's jit function(s) and its launcher ``<name>_launch``
         (for the interpreter or for a GPU); on a GPU also the ``<fn>_L`` launchers."""
-        if self.k.reduction_ranges:
-            parts = [self.render_persistent(), self.render_looped()]
-            fns = [f"{self.k.name}_persistent", f"{self.k.name}_looped"]
-        else:
-            parts = [self.render_pointwise()]
-            fns = [self.k.name]
+        jit, launcher = self.render_parts(interpret)
+        parts = [src for _, src in jit]
         if not interpret:
-            parts.append("\n".join(f"{f}_L = _rt.Launcher({f})" for f in fns))
-        return "\n\n\n".join(parts + [self.render_launcher(interpret)])
+            parts.append("\n".join(f"{f}_L = _rt.Launcher({f})" for f, _ in jit))
+        return "\n\n\n".join(parts + [launcher])
+
+    def render_parts(self, interpret: bool = True) -> tuple[list[tuple[str, str]], str]:
+        """``([(jit function name, source)...], launcher source)``.  The jit functions'
+        parameters and accumulators have canonical names (``in_ptr0``, ``out_ptr1``,
+        ``red0``...; the launcher passes buffers by position), so kernels that differ
+        only in the buffers they touch (a model's identical layers) have the same source
+        but for the function's name (the generator compiles one of them)."""
+        if self.k.reduction_ranges:
+            fns = [(f"{self.k.name}_persistent", self.render_persistent()),
+                   (f"{self.k.name}_looped", self.render_looped())]
+        else:
+            fns = [(self.k.name, self.render_pointwise())]
+        launcher = self.render_launcher(interpret)  # after the bodies: they set self.checks
+        rename = self.canonical_names()
+        return [(name, _rename(src, rename)) for name, src in fns], launcher
+
+    def canonical_names(self) -> dict[str, str]:
+        names = {b.name: f"{'out' if b.stored else 'in'}_ptr{i}" for i, b in enumerate(self.k.buffers)}
+        reduces = [s.name for loop in self.k.loops for s in loop.body if isinstance(s, ir.Reduce)]
+        for j, r in enumerate(dict.fromkeys(reduces)):
+            names.setdefault(r, f"red{j}")
+        return names

@@ -9,6 +9,7 @@ interpreter (CPU tensors) blocks are larger, since each program costs Python ove
 from __future__ import annotations
 
 import functools
+import time
 
 PERSISTENT_RNUMEL = 2048
 _INT32_LIMIT = 2**31 - 1
@@ -98,11 +99,19 @@ class Launcher:
         self.bound: dict = {}
 
     def bind(self, key, args: tuple, options: dict):
+        t0 = time.perf_counter()
         kernel = self.fn.run(*args, grid=None, warmup=True, **options)
         kernel = kernel.result() if hasattr(kernel, "result") else kernel
         launch = _bound_launch(kernel)
         self.bound[key] = launch
+        bind_stats["binds"] += 1
+        bind_stats["seconds"] += time.perf_counter() - t0
         return launch
+
+
+# Bindings made in this process and the seconds they took (a compile, or a load from
+# the cache, then the C launcher and the binary's load): benchmarks/compile_profile.py
+bind_stats = {"binds": 0, "seconds": 0.0}
 
 
 def _bound_launch(kernel):
