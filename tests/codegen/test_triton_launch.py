@@ -95,3 +95,46 @@ def test_compile_pool_compiles_ahead(tmp_path, monkeypatch):
     # the worker compiled where the parent looks: Triton's directory, or the store (then
     # the parent's launch loads the worker's binary and compiles nothing of its own)
     assert any(tmp_path.rglob("*.cubin")) or counters["inductor"]["triton_cache_saved"] == saved
+
+
+def test_static_launcher_argument_codes():
+    from torchkiln.codegen.triton import static_launcher as sl
+
+    sig = {"in_ptr0": "*fp32", "out_ptr1": "*bf16", "s0": "i64", "xnumel": "i32", "XBLOCK": "constexpr", "f": "fp32"}
+    assert sl.arg_codes(sig) == b"pplicf"
+    assert sl.arg_codes({"x": "fp16"}) is None  # half scalars: Triton's launcher packs them
+
+    class Md:
+        num_ctas, launch_cooperative_grid, launch_pdl = 1, False, False
+        global_scratch_size = profile_scratch_size = 0
+
+    class Kernel:
+        metadata = Md()
+
+        class src:
+            signature = sig
+
+    assert sl.supported(Kernel()) == b"pplicf"
+    Md.global_scratch_size = 128  # needs scratch memory: Triton's launcher allocates it
+    assert sl.supported(Kernel()) is None
+
+
+def test_static_launcher_source_builds(tmp_path):
+    """The launcher's C source compiles against Triton's cuda.h (no GPU needed to build)."""
+    import os
+    import shutil
+    import subprocess
+    import sysconfig
+
+    import triton
+
+    from torchkiln.codegen.triton import static_launcher as sl
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    include = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "include")
+    if cc is None or not os.path.exists(os.path.join(include, "cuda.h")):
+        pytest.skip("needs a C compiler and Triton's CUDA headers")
+    src = tmp_path / "kiln_launcher.c"
+    src.write_text(sl.SOURCE)
+    subprocess.run([cc, str(src), "-O1", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(tmp_path / "k.so"),
+                    f"-I{include}", f"-I{sysconfig.get_paths()['include']}"], check=True, capture_output=True)

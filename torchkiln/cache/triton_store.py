@@ -38,7 +38,7 @@ _scope = threading.local()
 # (its utilities; per-signature launchers in Triton releases that have them): kept in
 # Triton's directory as always and written through to the store, so a warm machine
 # with an empty Triton directory builds none either.
-_STUBS = ("__triton_launcher", "cuda_utils", "hip_utils")
+_STUBS = ("__triton_launcher", "cuda_utils", "hip_utils", "kiln_launcher")
 
 
 def _file_manager_base():

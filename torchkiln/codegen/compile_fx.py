@@ -440,8 +440,9 @@ def _warm_compile_pool(example_inputs) -> None:
             isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs):
         return
     if importlib.util.find_spec("triton") is not None:
-        from .triton import compile_pool
+        from .triton import compile_pool, generator
 
+        generator.use_triton_cache_dir()  # the workers inherit it
         compile_pool.warm()
 
 

@@ -61,14 +61,16 @@ class _Pool:
     def __init__(self, n: int) -> None:
         self.executor = concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="torchkiln-triton-compile")
         self.idle: queue.SimpleQueue = queue.SimpleQueue()
-        self.procs = [self._spawn() for _ in range(n)]
+        self.procs = [self._spawn(first=i == 0) for i in range(n)]
         for proc in self.procs:
             self.idle.put(proc)
 
     @staticmethod
-    def _spawn():
+    def _spawn(first: bool = False):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         env = dict(os.environ)
+        if first:  # also builds the static C launcher (static_launcher.py) while the others wait for jobs
+            env["TORCHKILN_WORKER_BUILDS_LAUNCHER"] = "1"
         env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         return subprocess.Popen([sys.executable, "-m", "torchkiln.codegen.triton.compile_worker"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)

@@ -48,6 +48,8 @@ def _use_target(target) -> None:
 def compile_job(path: str, target, kernels: list) -> list:
     from triton.runtime.driver import driver
 
+    from . import static_launcher
+
     _use_target(target)
     module = _module(path)
     answers = []
@@ -56,7 +58,8 @@ def compile_job(path: str, target, kernels: list) -> list:
         try:
             kernel = getattr(module, name).warmup(*args, grid=(1,), **options)
             t1 = time.perf_counter()
-            driver.active.launcher_cls(kernel.src, kernel.metadata)  # the C launcher, cached too
+            if not (static_launcher.enabled() and static_launcher.supported(kernel)):
+                driver.active.launcher_cls(kernel.src, kernel.metadata)  # Triton's C launcher, cached too
             answers.append((None, t1 - t0, time.perf_counter() - t1))
         except Exception as e:  # the parent compiles it again and reports the error
             answers.append((f"{type(e).__name__}: {e}", time.perf_counter() - t0, 0.0))
@@ -68,6 +71,15 @@ def main() -> None:
     os.dup2(2, 1)  # prints of the compiler go to stderr, never into the answers
     import torch  # noqa: F401  (dtypes in the jobs; triton's MockTensor)
     import triton  # noqa: F401
+
+    if os.environ.get("TORCHKILN_WORKER_BUILDS_LAUNCHER") == "1":  # the pool's first worker
+        from torchkiln.codegen.triton import static_launcher
+
+        try:
+            if static_launcher.enabled():
+                static_launcher.module()  # into Triton's build cache, before the parent's first launch
+        except Exception:  # the parent builds it (and reports) if it must
+            pass
 
     inp = sys.stdin.buffer
     while True:

@@ -124,6 +124,12 @@ def _bound_launch(kernel):
             kernel.run(grid, 1, 1, stream, kernel.function, kernel.packed_metadata, meta,
                        knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)
         return hooked
+    from . import static_launcher
+
+    if static_launcher.enabled():
+        launch = static_launcher.bind(kernel)  # one launcher for all kernels: no C build per signature
+        if launch is not None:
+            return launch
     run = kernel.run  # loads the binary into the current context
     function, packed = kernel.function, kernel.packed_metadata
     raw = getattr(run, "launch", None)
