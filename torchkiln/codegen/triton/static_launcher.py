@@ -211,7 +211,7 @@ def bind(kernel):
     utils = driver.active.utils
     device = driver.active.get_current_device()
     md = kernel.metadata
-    max_shared = utils.get_device_properties(device)["max_shared_mem"]
+    max_shared = _max_shared(device)
     if md.shared > max_shared:
         raise OutOfResources(md.shared, max_shared, "shared memory")
     launch = module().launch
@@ -220,3 +220,10 @@ def bind(kernel):
     if threads > max_threads:
         raise OutOfResources(threads, max_threads, "threads")
     return functools.partial(launch, function, threads, md.shared, codes)
+
+
+@functools.lru_cache(maxsize=None)
+def _max_shared(device: int) -> int:
+    from triton.runtime.driver import driver
+
+    return driver.active.utils.get_device_properties(device)["max_shared_mem"]
