@@ -36,13 +36,35 @@ def _module(path: str):
     return _modules[path]
 
 
+class _TargetDriver:
+    """Triton's active driver in a worker: the parent's GPU target, device 0, stream 0.
+    Compiling needs nothing else, so Triton's CUDA driver (whose utilities are a C module
+    built with gcc on a cold cache) is only made if something asks for more."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def __getattr__(self, name):
+        from triton.runtime.driver import driver
+
+        return getattr(driver.default, name)
+
+
 def _use_target(target) -> None:
     from triton.runtime.driver import driver
 
-    active = driver.active
-    active.get_current_target = lambda: target
-    active.get_current_device = lambda: 0
-    active.get_current_stream = lambda device=None: 0
+    current = driver._active
+    if not isinstance(current, _TargetDriver) or current.target != target:
+        driver.set_active(_TargetDriver(target))
 
 
 def compile_job(path: str, target, kernels: list) -> list:
@@ -66,6 +88,25 @@ def compile_job(path: str, target, kernels: list) -> list:
     return answers
 
 
+def _build_host_modules() -> None:
+    """Build the C modules the parent's first launch needs into Triton's build cache
+    (``gcc`` runs of a second or more on a cold cache): Triton's CUDA utilities and the
+    static launcher.  Needs no CUDA context.  A failure is left to the parent."""
+    try:
+        from triton.backends.nvidia.driver import CudaUtils
+
+        CudaUtils()
+    except Exception:
+        pass
+    try:
+        from torchkiln.codegen.triton import static_launcher
+
+        if static_launcher.enabled():
+            static_launcher.module()
+    except Exception:
+        pass
+
+
 def main() -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # prints of the compiler go to stderr, never into the answers
@@ -73,13 +114,7 @@ def main() -> None:
     import triton  # noqa: F401
 
     if os.environ.get("TORCHKILN_WORKER_BUILDS_LAUNCHER") == "1":  # the pool's first worker
-        from torchkiln.codegen.triton import static_launcher
-
-        try:
-            if static_launcher.enabled():
-                static_launcher.module()  # into Triton's build cache, before the parent's first launch
-        except Exception:  # the parent builds it (and reports) if it must
-            pass
+        _build_host_modules()
 
     inp = sys.stdin.buffer
     while True:

@@ -210,15 +210,13 @@ class TritonGenerator(KernelGenerator):
         if self.interpret:
             done.set_result(objects)
             return done
-        from triton.runtime.driver import driver
-
         jobs = []  # each distinct jit function and specialization once
         for k in kernels:
             for name, args, options in KernelRenderer(k).precompile_jobs({}):
                 job = (self._aliases.get(name, name), args, options)
                 if job not in jobs:
                     jobs.append(job)
-        compiled = compile_pool.precompile(module_path(self._source), jobs, driver.active.get_current_target())
+        compiled = compile_pool.precompile(module_path(self._source), jobs, _gpu_target(self.device))
         compiled.add_done_callback(lambda _: done.set_result(objects))
         return done
 
@@ -236,6 +234,20 @@ class TritonGenerator(KernelGenerator):
 
     def source(self) -> str:
         return self._source
+
+
+def _gpu_target(device: torch.device):
+    """Triton's ``GPUTarget`` of a CUDA device, as its CUDA driver reports it, from torch:
+    asking Triton's driver would build its C utilities (gcc, on a cold cache) here, on the
+    way to the compile pool, where the pool's first worker builds them meanwhile."""
+    from triton.backends.compiler import GPUTarget
+
+    if torch.version.hip is not None:  # ROCm targets name the architecture: ask Triton
+        from triton.runtime.driver import driver
+
+        return driver.active.get_current_target()
+    major, minor = torch.cuda.get_device_capability(device)
+    return GPUTarget("cuda", major * 10 + minor, 32)
 
 
 def load_cached_kernels(meta: dict, blobs: dict) -> dict:
