@@ -138,3 +138,28 @@ def test_static_launcher_source_builds(tmp_path):
     src.write_text(sl.SOURCE)
     subprocess.run([cc, str(src), "-O1", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(tmp_path / "k.so"),
                     f"-I{include}", f"-I{sysconfig.get_paths()['include']}"], check=True, capture_output=True)
+
+
+def test_canonical_names_leave_triton_attributes_alone():
+    # a buffer named like a triton.language function (nanoGPT's backward reads a saved
+    # `arange`): the jit function's parameter is renamed, `tl.arange` is not
+    (x0,) = ir.index_vars("x", 1)
+    k = ir.FusedKernel(
+        name="kernel0", device=torch.device("cuda"), ranges=[sympy.Integer(64)], reduction_ranges=[], index_vars=[x0],
+        reduction_vars=[], loops=[ir.Loop(False, [ir.Store("buf0", x0, ir.Load("arange", x0, torch.int64))])],
+        buffers=[ir.BufferArg("arange", torch.int64, False), ir.BufferArg("buf0", torch.int64, True)], size_args=[])
+    (name, src), = KernelRenderer(k).render_parts(interpret=False)[0]
+    assert "tl.arange(0, XBLOCK)" in src and "tl.load(in_ptr0 + " in src and "arange," not in src
+
+
+def test_empty_launch_hook_chain_is_no_hook():
+    # Triton 3.5+ keeps launch hooks in a HookChain that is never None: only a chain with
+    # hooks in it sends launches through the (slower) hooked path
+    from torchkiln.codegen.triton.runtime import _hooks_active
+
+    class Chain:
+        def __init__(self, calls):
+            self.calls = calls
+
+    assert not _hooks_active(None) and not _hooks_active(Chain([]))
+    assert _hooks_active(Chain([print])) and _hooks_active(print)

@@ -104,7 +104,9 @@ _BINARY_INFIX = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwis
 _BINARY_LIBDEVICE = {"atan2", "hypot", "copysign", "fmod", "pow"}
 
 
-_TOKEN = re.compile(r"'[^'\\\n]*'|\"[^\"\\\n]*\"|\b[A-Za-z_]\w*\b")
+# a string literal, or a name that is not an attribute (``tl.arange`` keeps its name
+# when a buffer is called ``arange``)
+_TOKEN = re.compile(r"'[^'\\\n]*'|\"[^\"\\\n]*\"|(?<![.\w])[A-Za-z_]\w*")
 
 
 def _rename(src: str, names: dict[str, str]) -> str:

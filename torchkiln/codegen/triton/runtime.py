@@ -118,7 +118,7 @@ def _bound_launch(kernel):
     """``launch(grid, stream, *args)`` for a compiled kernel (1-D grid)."""
     from triton import knobs
 
-    if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+    if _hooks_active(knobs.runtime.launch_enter_hook) or _hooks_active(knobs.runtime.launch_exit_hook):
         def hooked(grid, stream, *args):  # a profiler's hooks get what JITFunction.run gives them
             meta = kernel.launch_metadata((grid, 1, 1), stream, *args)
             kernel.run(grid, 1, 1, stream, kernel.function, kernel.packed_metadata, meta,
@@ -145,6 +145,15 @@ def _bound_launch(kernel):
     def launch(grid, stream, *args):
         run(grid, 1, 1, stream, function, packed, None, None, None, *args)
     return launch
+
+
+def _hooks_active(hook) -> bool:
+    """Whether a Triton launch hook is set: None (older Triton) or an empty ``HookChain``
+    (Triton 3.5+, where the knob is never None) means no."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return calls is None or bool(calls)
 
 
 @functools.cache
