@@ -433,16 +433,28 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None
 def _warm_compile_pool(example_inputs) -> None:
     """Start the Triton compile workers when the graph runs on a GPU, before AOT autograd
     and lowering (their imports overlap ours; TorchInductor's backend does the same)."""
+    if any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs):
+        _start_compile_pool()
+
+
+def warm() -> None:
+    """``torchkiln.compile(..., backend="inductor")`` calls this when it is called: in a
+    process that already uses CUDA the compile workers start then, so they are ready by
+    the time capture hands over the first graph (capture of a 6-layer GPT takes seconds)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        _start_compile_pool()
+
+
+def _start_compile_pool() -> None:
     import importlib.util
     import os
 
-    if os.environ.get("TRITON_INTERPRET") == "1" or not any(
-            isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs):
+    if os.environ.get("TRITON_INTERPRET") == "1":
         return
     if importlib.util.find_spec("triton") is not None:
-        from .triton import compile_pool, generator
+        from .triton import compile_pool  # stdlib only: the workers start before sympy & co. import
 
-        generator.use_triton_cache_dir()  # the workers inherit it
+        compile_pool.use_triton_cache_dir()  # the workers inherit it
         compile_pool.warm()
 
 
@@ -473,3 +485,4 @@ class _FrameCacheProtocol:
 
 
 compile_fx.frame_cache = _FrameCacheProtocol()
+compile_fx.warm = warm

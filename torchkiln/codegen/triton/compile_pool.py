@@ -42,6 +42,14 @@ def workers() -> int:
     return min(os.cpu_count() or 1, 32)
 
 
+def use_triton_cache_dir() -> None:
+    """Triton's binaries go under our cache (``$TORCHKILN_CACHE_DIR/triton_bin``) unless
+    ``TRITON_CACHE_DIR`` is set; compile workers inherit it."""
+    from ...utils.paths import cache_dir
+
+    os.environ.setdefault("TRITON_CACHE_DIR", cache_dir("triton_bin"))
+
+
 def warm() -> None:
     """Start the pool now (its workers import torch and triton while the caller goes on
     capturing and lowering): called when a graph with CUDA inputs reaches the backend,

@@ -127,10 +127,7 @@ def module_path(source: str) -> str:
     return os.path.join(cache_dir("triton"), hashlib.sha256(source.encode()).hexdigest()[:32] + ".py")
 
 
-def use_triton_cache_dir() -> None:
-    """Triton's binaries go under our cache (``$TORCHKILN_CACHE_DIR/triton_bin``) unless
-    ``TRITON_CACHE_DIR`` is set; compile workers inherit it."""
-    os.environ.setdefault("TRITON_CACHE_DIR", cache_dir("triton_bin"))
+use_triton_cache_dir = compile_pool.use_triton_cache_dir
 
 
 def load_module(source: str):
