@@ -72,6 +72,33 @@ def decorated(x):
     return _scaled(x).relu()
 
 
+def _scaled_forward(fn):  # like transformers' @dynamic_rope_update: a local wrapper with defaults as forward
+    @functools.wraps(fn)
+    def wrapper(self, x, k=None):
+        return fn(self, x) * (2.0 if k is None else k)
+    return wrapper
+
+
+class RopeA(torch.nn.Module):
+    @_scaled_forward
+    def forward(self, x):
+        return x.sin()
+
+
+class RopeB(RopeA):
+    @_scaled_forward
+    def forward(self, x):
+        return x.cos()
+
+
+def rope_same(m, x):  # inlines RopeA.forward, found through the guarded class
+    return m(x) + 1.0
+
+
+def rope_changed(m, x):  # warm: RopeB.forward's defaults changed before the call
+    return m(x) + 1.0
+
+
 def model_output(x):  # a transformers ModelOutput built in the frame (skipped without transformers)
     return _Output(logits=x.tanh(), hidden=(x * 2.0,))
 
@@ -101,6 +128,7 @@ def _cases(phase):
             "lstm_same": (lstm_call, (lstm, torch.randn(3, 2, 6))), "lstm_call": (lstm_call, (lstm, seq)),
             "pooled": (pooled, (img,)), "store_after": (store_after, (base,)),
             "store_other": (store_after, (base.double(),)), "decorated": (decorated, (base,)),  # warm: after store_after; another dtype
+            "rope_same": (rope_same, (RopeA(), base)), "rope_changed": (rope_changed, (RopeB(), base)),
             **({"model_output": (model_output, (base,))} if _Output else {})}
 
 
@@ -122,6 +150,8 @@ def main() -> int:
         if name in ("lstm_same", "store_other") and phase == "cold":
             continue
         STATE.done, STATE.tag = False, None
+        if name == "rope_changed" and phase == "warm":
+            RopeB.forward.__defaults__ = (3.0,)
         eager_args = copy.deepcopy(args)
         before = {k: dict(v) for k, v in counters.items()}
         del lines.lines[:]

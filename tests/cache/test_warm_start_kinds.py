@@ -1,7 +1,8 @@
 """Warm start for more frame kinds (capture/warm_start.py): a graph that mutates its
 inputs (BatchNorm training), LSTM guards on weak references, a torch closure named by
 where torch publishes it, attribute stores replayed after the graph, a transformers
-ModelOutput result; a guard on a local function's code object (in process).  Two subprocesses (cold, then warm); each kind is checked
+ModelOutput result, a decorated forward found as its class's attribute; a guard on a
+local function's code object (in process).  Two subprocesses (cold, then warm); each kind is checked
 against eager, hits without capture when nothing changed, and captures again when a
 guard fails, including a mutated input that aliases another one (which the loaded
 graph could not run)."""
@@ -31,7 +32,7 @@ def test_more_frame_kinds_load_from_records(fresh_cache):
     warm = _run("warm")
     assert warm["ok"], warm  # every result (and BatchNorm's statistics and gradients) equals eager's
     frames = warm["frames"]
-    for name in ("bn_step", "lstm_same", "pooled", "store_after", "decorated", "model_output"):
+    for name in ("bn_step", "lstm_same", "pooled", "store_after", "decorated", "model_output", "rope_same"):
         if name not in frames:  # model_output needs transformers
             continue
         assert frames[name]["hit"] == 1 and frames[name]["captured"] == 0, (name, frames[name])
@@ -43,6 +44,10 @@ def test_more_frame_kinds_load_from_records(fresh_cache):
     alias = frames["add_to_buffer"]
     assert alias["captured"] >= 1 and alias["hit"] == 0, alias
     assert any("shares storage with another input" in line for line in alias["log"]), alias
+    # a decorated forward found through its class: its live defaults changed, capture runs
+    changed = frames["rope_changed"]
+    assert changed["hit"] == 0 and changed["captured"] == 1, changed
+    assert any("the defaults of" in line for line in changed["log"]), changed
     # the side-effect frame with another dtype: its guard fails, capture runs (and stores)
     assert frames["store_other"]["hit"] == 0 and frames["store_other"]["bypass"] == 1, frames["store_other"]
 

@@ -385,6 +385,7 @@ class InstructionTranslatorBase:
         code = fn_vt.get_code()
         if code.co_flags & (inspect_CO_COROUTINE | inspect_CO_ASYNC_GEN | inspect_CO_ITERABLE_COROUTINE):
             unsupported("inlining a coroutine")
+        src = None
         if isinstance(fn_vt, UserFunctionVariable):
             fn = fn_vt.fn
             src = fn_vt.source
@@ -410,7 +411,8 @@ class InstructionTranslatorBase:
             f_globals = fn_vt.f_globals
             name = fn_vt.qualname
         bound = bind_args(self, code, defaults, kwdefaults, args, kwargs, name)
-        self.output.inlined.append((code, f_globals))
+        # (code, globals, whether its defaults were read through a source: guarded)
+        self.output.inlined.append((code, f_globals, isinstance(fn_vt, UserFunctionVariable) and src is not None))
         sub = InliningInstructionTranslator(code, f_globals, bound, self.output, self.root, cells, self.depth + 1)
         sub.parent = self
         if code.co_flags & 0x20:  # CO_GENERATOR: runs lazily, one yield per next()

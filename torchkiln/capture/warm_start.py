@@ -551,7 +551,7 @@ def _describe(tx, cg, compiled, side, exprs, allow_no_graph=False):
             _describe_names(check_expr(text), g.env, "___", names)
         for target, _, value_name in stores:
             _describe_names(check_expr(target) | {value_name}, g.env, "___", names)
-        inlined = _describe_inlined(tx.fn.__code__, getattr(out, "inlined", ()))
+        inlined = _describe_inlined(tx.fn.__code__, getattr(out, "inlined", ()), g.env)
     except NotRecordable as e:
         return str(e)
     except Exception as e:  # noqa: BLE001 - describing must never break a capture
@@ -746,10 +746,11 @@ def _makes_without_defaults(outer: types.CodeType, code: types.CodeType) -> bool
     return False
 
 
-def _nested_inlined(module, code: types.CodeType):
+def _nested_inlined(module, code: types.CodeType, defaults_guarded: bool = False):
     """An inlined local function (a decorator's ``wrapper``) as ``["<nested>", module, outer
     qualname, path, digest, outer digest]``, or None.  Its code is found in its named outer
-    function's constants; the outer digest pins how closures are made (no defaults)."""
+    function's constants; the outer digest pins how closures are made (no defaults), or
+    every inlining read the function's defaults through a source (guarded)."""
     if not isinstance(module, str) or ".<locals>." not in code.co_qualname:
         return None
     outer_name = code.co_qualname.split(".<locals>.", 1)[0]
@@ -760,17 +761,45 @@ def _nested_inlined(module, code: types.CodeType):
     parent = outer
     for i in path[:-1]:
         parent = parent.co_consts[i]
-    if not _makes_without_defaults(parent, code):  # the function that makes the closures
+    if not defaults_guarded and not _makes_without_defaults(parent, code):  # the function that makes the closures
         return None
     return ["<nested>", module, outer_name, path, code_digest(code), code_digest(outer)]
 
 
-def _describe_inlined(root: types.CodeType, inlined) -> list:
+def _mro_attr(cls, name):
+    for klass in getattr(cls, "__mro__", ()):
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return _MISSING
+
+
+def _class_attr_inlined(code: types.CodeType, classes: list):
+    """An inlined function that is a class attribute of a guarded class (a method made by a
+    decorator: transformers' ``@dynamic_rope_update`` forward, whose qualname is
+    ``dynamic_rope_update.<locals>.wrapper``) as ``["<attr>", class module, class
+    qualname, attribute, digest, defaults, unwrap depth]``, or None.  The live function is
+    found the same way when loaded, so its own defaults are compared too."""
+    for cls in classes:
+        for klass in cls.__mro__:
+            for attr, value in list(klass.__dict__.items()):
+                for depth in range(_MAX_WRAPPED + 1):
+                    fn = _unwrapped(value, depth)
+                    if fn is _MISSING:
+                        break
+                    if _code_of(fn) is code and _mro_attr(cls, attr) is value and _plain_attr(attr):
+                        return ["<attr>", cls.__module__, cls.__qualname__, attr, code_digest(code), _defaults(fn), depth]
+    return None
+
+
+def _describe_inlined(root: types.CodeType, inlined, env: dict | None = None) -> list:
     covered: set = set()
     _nested(root, covered)
     located = []
     unlocated = []
-    for code, f_globals in {code: g for code, g in inlined}.items():
+    guarded: dict = {}
+    for code, _, defaults_guarded in inlined:
+        guarded[code] = guarded.get(code, True) and defaults_guarded
+    for code, f_globals in {code: g for code, g, _ in inlined}.items():
         if code in covered:
             continue
         module = f_globals.get("__name__") if isinstance(f_globals, dict) else None
@@ -784,7 +813,10 @@ def _describe_inlined(root: types.CodeType, inlined) -> list:
                 _nested(code, covered)
                 break
         else:
-            nested = _nested_inlined(module, code)
+            nested = _nested_inlined(module, code, guarded[code])
+            if nested is None and env:  # a class attribute of a class the guards name
+                nested = _class_attr_inlined(code, [v for v in env.values() if isinstance(v, type)
+                                                    and _resolve(v.__module__, v.__qualname__) is v])
             if nested is not None:
                 located.append(nested)
                 _nested(code, covered)
@@ -879,6 +911,22 @@ def _install(fn, f_locals, rec: dict, protocol, compile_wrapper=None) -> CacheEn
     from .guards import global_state
 
     for item in rec["inlined"]:
+        if item[0] == "<attr>":  # a class attribute: the live function, its code and defaults
+            _, module, qualname, attr, digest, defaults, depth = item
+            if type(depth) is not int or not 0 <= depth <= _MAX_WRAPPED or not _plain_attr(attr):
+                raise NotRecordable(f"damaged record: {str(item)[:80]}")
+            cls = _resolve(module, qualname)
+            fn_ = _unwrapped(_mro_attr(cls, attr), depth) if isinstance(cls, type) else _MISSING
+            code = _code_of(fn_)
+            if not isinstance(code, types.CodeType) or code_digest(code) != digest:
+                raise _Bypass(f"changed source: inlined {module}.{qualname}.{attr}")
+            try:
+                same = _defaults(fn_) == defaults
+            except NotRecordable:
+                same = False
+            if not same:
+                raise _Bypass(f"changed source: the defaults of {module}.{qualname}.{attr}")
+            continue
         if item[0] == "<nested>":  # a local function: its outer function's code and its own
             _, module, outer_name, path, digest, outer_digest = item
             outer = _code_of(_resolve(module, outer_name))
