@@ -73,6 +73,7 @@ class Box:  # a plain class: made in the frame, rebuilt by the record (transform
         self.t = t
         self.tag = tag
         self.parts = [t * 2.0]
+        self.flags = {0: True, "n": t.sum()}  # a dict made in the frame (EncoderDecoderCache.is_updated)
 
 
 def new_object(x):
@@ -112,6 +113,8 @@ def _same(a, b):
         return isinstance(b, torch.Tensor) and torch.allclose(a, b, atol=1e-5)
     if isinstance(a, (tuple, list)):
         return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return type(b) is dict and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, Box):
         return type(b) is Box and list(vars(a)) == list(vars(b)) and all(_same(vars(a)[k], vars(b)[k]) for k in vars(a))
     return type(a) is type(b) and a == b

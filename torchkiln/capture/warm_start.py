@@ -290,7 +290,7 @@ _BUILTINS = frozenset({"type", "len", "id", "list", "tuple", "hasattr", "getattr
                        "bool", "str", "bytes", "complex", "dict", "set", "frozenset", "slice", "range", "object"})
 _METHODS = frozenset({"dim", "size", "stride", "storage_offset", "keys", "is_contiguous"})
 _NODES = (ast.Expression, ast.Name, ast.Load, ast.Attribute, ast.Subscript, ast.Constant, ast.Compare, ast.BoolOp,
-          ast.keyword,
+          ast.keyword, ast.Dict,
           ast.UnaryOp, ast.Tuple, ast.List, ast.Set, ast.Call, ast.Slice, ast.And, ast.Or, ast.Not, ast.USub,
           ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 def _deref(ref):
@@ -698,6 +698,12 @@ def _value_expr(cg, vt, consts: dict, seen: set) -> str:
         if not all(_plain_attr(k) for k in vt.fields):
             raise NotRecordable("a ModelOutput field name records cannot hold")
         return f"{name}(" + ", ".join(fields) + ")"
+    if cls.__name__ == "DictVariable" and vt.source is None and vt.user_cls is dict:
+        if id(vt) in seen:
+            raise NotRecordable("one dict twice in the result")
+        seen.add(id(vt))
+        pairs = [f"{_value_expr(cg, k, consts, seen)}: {_value_expr(cg, v, consts, seen)}" for k, v in vt.items.values()]
+        return "{" + ", ".join(pairs) + "}"
     if cls.__name__ == "NewObjectVariable" and _plain_class(vt.cls):
         if id(vt) in seen:
             raise NotRecordable("one new object twice in the result")
