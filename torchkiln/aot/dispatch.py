@@ -22,7 +22,7 @@ from . import autograd_cache
 from .analysis import ViewAndMutationMeta, run_analysis
 from .broadcast_tangents import broadcast_positions, with_broadcast_tangents
 from .config import config
-from .runtime import call_compiled, finish_call, make_autograd_function
+from .runtime import call_compiled, finish_call, make_autograd_function, nothing_to_finish
 # fakes, partitioners and tracing (ShapeEnv, sympy: ~1 s) are imported where a graph is
 # traced, not at import: a runtime loaded from the AOT autograd cache needs none of them
 
@@ -210,6 +210,15 @@ def _inference_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_
 
 
 def _inference_wrapper(compiled, meta: ViewAndMutationMeta, returned: list) -> Callable:
+    if nothing_to_finish(meta, returned):  # the user outputs are the graph's first outputs
+        n_out = len(meta.outputs)
+
+        def inference_runtime(*args):
+            with torch.no_grad():
+                return call_compiled(compiled, args)[:n_out]
+
+        return inference_runtime
+
     def inference_runtime(*args):
         with torch.no_grad():
             outs = call_compiled(compiled, args)
@@ -300,6 +309,13 @@ def _restride_saved(fw_gm, bw_gm, strides, num_fw_outs: int) -> None:
 
 def _autograd_wrapper(fn_cls, meta: ViewAndMutationMeta) -> Callable:
     returned = list(meta.mutated_inputs)
+    if nothing_to_finish(meta, returned):
+        n_out = len(meta.outputs)
+
+        def autograd_runtime(*args):
+            return list(fn_cls.apply(*args)[:n_out])
+
+        return autograd_runtime
 
     def autograd_runtime(*args):
         outs = list(fn_cls.apply(*args))

@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from .analysis import ALIAS_OF_INPUT, ALIAS_OF_INTERMEDIATE, ALIAS_OF_OUTPUT, IS_INPUT, ViewAndMutationMeta
+from .analysis import ALIAS_OF_INPUT, ALIAS_OF_INTERMEDIATE, ALIAS_OF_OUTPUT, IS_INPUT, PLAIN, ViewAndMutationMeta
 from .broadcast_tangents import is_broadcast_scalar
 
 DOUBLE_BACKWARD_ERROR = "torch.compile with aot_autograd does not currently support double backward"
@@ -246,6 +246,13 @@ def _without_broadcast_dims(inp: torch.Tensor, new: torch.Tensor):
         if st == 0 and sz > 1:
             inp, new = inp.narrow(d, 0, 1), new.narrow(d, 0, 1)
     return inp, new
+
+
+def nothing_to_finish(meta: ViewAndMutationMeta, returned_mutations: list) -> bool:
+    """Whether :func:`finish_call` would return the first ``len(meta.outputs)`` graph
+    outputs as they are: no mutation to write back, no alias to regenerate, grad mode
+    left alone."""
+    return not returned_mutations and meta.grad_enabled_after is None and all(o.kind == PLAIN for o in meta.outputs)
 
 
 def finish_call(args: list, fw_outs: list, meta: ViewAndMutationMeta, returned_mutations: list) -> list:

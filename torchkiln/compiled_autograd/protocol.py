@@ -76,7 +76,18 @@ def engine():
 
 def unverified_reason() -> str | None:
     """``None`` when this torch's engine protocol is one torchkiln verified, else why the
-    backward runs eagerly instead (the warning text and the tests' skip reason)."""
+    backward runs eagerly instead (the warning text and the tests' skip reason).  Asked
+    at every ``enable``: the answer is kept per (``VERIFIED``, opt-in switch)."""
+    key = (id(VERIFIED), len(VERIFIED), os.environ.get(OPT_IN))
+    if _reason[0] != key:
+        _reason[:] = [key, _unverified_reason()]
+    return _reason[1]
+
+
+_reason: list = [None, None]
+
+
+def _unverified_reason() -> str | None:
     major, minor = torch_version()
     if (major, minor) not in VERIFIED and os.environ.get(OPT_IN) != "1":
         return f"compiled autograd: torch {major}.{minor}'s engine protocol is not verified; running the backward eagerly"

@@ -228,6 +228,8 @@ class _FinalCallbacks:
         torch.autograd.Variable._execution_engine = self.engine
 
     def run(self) -> None:
+        if not self.callbacks:
+            return
         i = 0
         with self:  # a callback that queues another: it runs too, after this one
             while i < len(self.callbacks):
