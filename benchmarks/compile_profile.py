@@ -64,12 +64,14 @@ def child(name: str, mode: str, variant: str) -> dict:
         if out["pool"]["started_at"] is not None:
             out["pool"]["started_after_s"] = out["pool"].pop("started_at") - t0
         out["binds"] = dict(runtime.bind_stats)
+        import re
+
         jit = dups = 0
         for mod_name, mod in list(sys.modules.items()):
             if mod_name.startswith("torchkiln_triton_") and getattr(mod, "INTERPRET", True) is False:
                 src = open(mod.__file__).read()
-                jit += src.count("@triton.jit") - 6  # the prelude's helpers
-                dups += sum(1 for line in src.splitlines() if line.endswith("_L") and " = kernel" in line)
+                jit += len(re.findall(r"^def kernel\w*\(", src, re.M)) - len(re.findall(r"^def kernel\w*_launch\(", src, re.M))
+                dups += len(re.findall(r"^kernel\w+ = kernel\w+$", src, re.M))
         out["jit_functions"], out["aliased_jit_functions"] = jit, dups
     return out
 
