@@ -30,6 +30,7 @@ from torch.fx.experimental.symbolic_shapes import resolve_unbacked_bindings
 
 from .cse import cse_graph
 from .fakes import shape_env_of
+from .scatter_const import rewrite_scatter_of_constant
 
 aten = torch.ops.aten
 
@@ -204,7 +205,38 @@ _RECOMPUTABLE_NAMES = {
     "view", "reshape", "_unsafe_view", "t", "transpose", "permute", "expand", "squeeze",
     "unsqueeze", "slice", "select", "alias", "as_strided", "split", "split_with_sizes",
     "detach", "lift_fresh_copy", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
+    "iota", "arange",
 }
+_VIEW_NAMES = {"view", "reshape", "_unsafe_view", "t", "transpose", "permute", "expand", "squeeze",
+               "unsqueeze", "slice", "select", "alias", "as_strided", "detach"}
+# Ops whose inputs codegen materializes in memory (extern kernels): a pointwise value they
+# read is written by the forward anyway, so saving it costs no extra write.
+_EXTERN_NAMES = {"mm", "bmm", "addmm", "baddbmm", "convolution", "convolution_backward",
+                 "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                 "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu"}
+
+
+def _op_name(n: fx.Node):
+    return n.target.overloadpacket.__name__ if isinstance(n.target, torch._ops.OpOverload) else None
+
+
+def _materialized(n: fx.Node, memo: dict) -> bool:
+    """Whether the forward writes ``n`` to memory whether or not it is saved: an input,
+    the result of an op that is not fused (matmul, reduction, scatter...), a pointwise
+    value an extern kernel reads, or a view of one of these.  Saving any other value
+    (a pointwise intermediate that codegen fuses into its readers) costs a write in the
+    forward and a read in the backward on top of keeping it alive."""
+    if n in memo:
+        return memo[n]
+    if n.op != "call_function" or not _recomputable(n):
+        out = True
+    elif _op_name(n) in _VIEW_NAMES:
+        base = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
+        out = base is not None and _materialized(base, memo)
+    else:
+        out = any(_op_name(u) in _EXTERN_NAMES for u in n.users)
+    memo[n] = out
+    return out
 
 
 def _recomputable(n: fx.Node) -> bool:
@@ -241,6 +273,7 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
         import networkx as nx
     except ImportError:  # pragma: no cover - networkx is a dependency
         return default_partition(joint_gm, joint_inputs, num_fwd_outputs=num_fwd_outputs)
+    rewrite_scatter_of_constant(joint_gm)
     cse, merged = cse_graph(joint_gm.graph)
     if merged:
         joint_gm = fx.GraphModule(joint_gm, cse)
@@ -248,6 +281,7 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
     tangent_dep = _tangent_dependent(joint_gm)
     fw_outputs = {o for o in _outputs(joint_gm)[:num_fwd_outputs] if isinstance(o, fx.Node)}
     g = nx.DiGraph()
+    memo = {}
     for n in joint_gm.graph.nodes:
         if n.op == "output" or n not in (fwd_nodes | bwd_needed):
             continue
@@ -262,7 +296,11 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
         # intermediate.  A forward output is materialized and handed to the caller anyway:
         # saving it costs least (softmax's backward then reads its output, as eager's
         # does, instead of recomputing exp from the input).
-        scale = 0.8 if n in fw_outputs else 0.9 if _is_primal(n) else 1.0
+        # A fused pointwise value would be written only to be saved: twice the cost of
+        # saving one the forward writes anyway (cross-entropy saves the logits, the max and
+        # the log-sum-exp, not log_softmax or its exp).
+        scale = (0.8 if n in fw_outputs else 0.9 if _is_primal(n) else 1.0 if _materialized(n, memo)
+                 else 2.0)
         g.add_edge(n.name + "_in", n.name + "_out", capacity=_nbytes(n) * scale)
         for u in n.users:
             if u.op != "output":
