@@ -935,9 +935,22 @@ def _indirect(index_value, size, op: str, dim: int, idx=(), ranges=(), wrap=True
     return sym, ir.Indirect(sym, value, size, check=check, wrap=wrap, op=op, dim=dim)
 
 
-def _indirect_loader(x: TensorBox):
+def _indirect_loader(x: TensorBox, out_numel=None):
     """Loader of ``x`` for indices with indirect symbols; realizes ``x`` now (at lowering
-    time: inner functions run again while scheduling and must not create buffers)."""
+    time: inner functions run again while scheduling and must not create buffers).
+
+    With ``out_numel`` (the reader's element count, at most ``x``'s), an unrealized
+    pointwise ``x`` made of loads, constants and operations is read through its
+    expression instead (each of its loads gets the indirect symbols it uses): a gather of
+    ``log_softmax`` reads the logits and the row statistics at the target positions, and
+    the full-size ``log_softmax`` is never written."""
+    if out_numel is not None and _inline_for_indirect(x, out_numel):
+        load = x.make_loader()
+
+        def inlined(idx, indirects):
+            return _with_indirects(load(idx), indirects)
+
+        return inlined
     load = x.realize().make_loader()
 
     def loader(idx, indirects):
@@ -946,6 +959,34 @@ def _indirect_loader(x: TensorBox):
         return ir.Load(value.buffer, value.index, value.dtype, used)
 
     return loader
+
+
+def _inline_for_indirect(x: TensorBox, out_numel) -> bool:
+    if not isinstance(x.data, Pointwise):
+        return False
+    try:
+        if not bool(sympy.sympify(out_numel) <= sympy.Mul(*x.get_size())):
+            return False
+    except TypeError:  # symbolic sizes of unknown order
+        return False
+    probe = x.data.inner_fn([sympy.Symbol(f"t{i}", integer=True) for i in range(len(x.get_size()))])
+
+    def plain(v) -> bool:  # loads without indirection, constants and operations only
+        if isinstance(v, Op):
+            return all(plain(a) for a in v.args)
+        if isinstance(v, ir.Load):
+            return not v.indirect
+        return isinstance(v, Constant)
+    return plain(probe)
+
+
+def _with_indirects(v, indirects):
+    if isinstance(v, Op):
+        return Op(v.name, tuple(_with_indirects(a, indirects) for a in v.args), v.dtype)
+    if isinstance(v, ir.Load):
+        used = tuple(i for i in indirects if i.symbol in v.index.free_symbols)
+        return ir.Load(v.buffer, v.index, v.dtype, used)
+    return v
 
 
 @register(aten.embedding.default)
@@ -971,7 +1012,7 @@ def gather(x, dim, index, sparse_grad=False):
     dim = dim % max(n, 1)
     iload = index.make_loader()
     dsize = x.get_size()[dim] if x.get_size() else sympy.Integer(1)
-    xload = _indirect_loader(x)
+    xload = _indirect_loader(x, sympy.Mul(*size))
     op = _user_op()
 
     def inner(idx):
