@@ -80,6 +80,10 @@ def new_object(x):
     return Box(x.cos(), "made"), x.sum()
 
 
+def dyn(x, y):  # symbolic sizes (dynamic=True): the shape guards are record guards
+    return (x * 2.0).sum(0) + y[: x.shape[1]], x.shape[0] * 2
+
+
 class Block(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -104,6 +108,9 @@ def _cases(phase):
             "global": (brk_global, (x,)),  # warm: SCALE changed
             "kwargs": (brk_kwargs, (x,)),
             "module": (block, (x,)),
+            "dyn": (dyn, (torch.randn(3, 5), torch.randn(8))),
+            "dyn_other_size": (dyn, (torch.randn(7 if warm else 3, 5), torch.randn(8))),  # one record, any size
+            "dyn_guard_fails": (dyn, (torch.randn(1, 5), torch.randn(8))),  # 2 <= size(0) fails: capture
             "new_object": (new_object, (x,)),
             "new_object_other": (new_object, (x.double() if warm else x,))}  # warm: a dtype guard fails
 
@@ -124,13 +131,16 @@ def main() -> int:
     phase = sys.argv[1]
     report, ok = {}, True
     for name, (fn, args) in _cases(phase).items():
-        if phase == "cold" and name in ("call_other_scale", "branch_other_way", "new_object_other"):
+        if phase == "cold" and name in ("call_other_scale", "branch_other_way", "new_object_other", "dyn_other_size",
+                                        "dyn_guard_fails"):
             continue
         FAIL[0] = phase == "warm" and name == "handler"
+        if name.startswith("dyn"):
+            torchkiln.reset()  # one frame, one record: each call looks it up again (counters too)
         eager_args = copy.deepcopy(args)
         before = {k: dict(v) for k, v in counters.items()}
         del EVENTS[:]
-        out = torchkiln.compile(fn)(*args)
+        out = torchkiln.compile(fn, dynamic=name.startswith("dyn") or None)(*args)
         events = list(EVENTS)
         del EVENTS[:]
         ref = fn(*eager_args)

@@ -38,7 +38,7 @@ breaking call or branch and its resume functions as the arguments that make them
 from the frame's code; each resume function is a frame with a record of its own.
 
 Not recorded (captured again in every process, reason counted as ``not_recordable``):
-cells, entered contexts or loop iterators live at a break, side effects to replay, symbolic sizes,
+cells, entered contexts or loop iterators live at a break, side effects to replay,
 a constant or an inlined function that cannot be named, backends without
 ``frame_cache`` (custom callables, ``mode=``/``options=``).  Once a frame was captured
 in a process, its records are not used again there (``reset()`` recaptures, as torch's).
@@ -525,8 +525,6 @@ def _describe(tx, cg, compiled, side, exprs, allow_no_graph=False):
     elif not isinstance(aot_key, str):
         return "the compiled graph is not in the AOT autograd cache"
     out = tx.output
-    if out.symbol_sources:
-        return "symbolic sizes"
     if getattr(out, "hash_seeded_order", False):
         return "the iteration order of a set of strings (salted per process) was observed"
     try:
@@ -659,12 +657,12 @@ def _value_expr(cg, vt, consts: dict, seen: set) -> str:
     gives (:meth:`RuntimeCodegen.recipe`); raises NotRecordable for any other tracker."""
     from .variables.base import ConstantVariable, MethodVariable
     from .variables.containers import ListVariable, SizeVariable, TupleVariable
-    from .variables.tensor import TensorVariable
+    from .variables.tensor import SymNodeVariable, TensorVariable
 
     if isinstance(vt, LazyLocal):
         return vt.source
     cls = type(vt)
-    if cls is TensorVariable:
+    if cls is TensorVariable or cls is SymNodeVariable:  # both rebuilt as graph outputs
         if vt.node.op == "placeholder" and vt.source is not None:
             return vt.source
         idx = cg._out_index.get(vt.node)
