@@ -1,6 +1,6 @@
 """Cross-entropy's training graph: the forward saves the logits and two per-row
 statistics, never a second tensor of the logits' size (log_softmax, its exp, nll_loss's
-one-hot scatter), and the grads are eager's."""
+one-hot scatter), the backward sums no one-hot, and the grads are eager's."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -41,3 +41,6 @@ def test_cross_entropy_saves_the_logits_once(ignored):
     assert producer.target is aten.mm.default, producer.format_node()  # the logits, written by the matmul anyway
     for gm in (fw.graphs[0], bw.graphs[0]):
         assert not any(x.target is aten.scatter.value for x in gm.graph.nodes), gm.code
+    # the one-hot's row sum is the row's own value: the backward is pointwise over the logits
+    assert not any(x.target is aten.sum.dim_IntList and x.args[0].meta["val"].shape == (rows, v)
+                   for x in bw.graphs[0].graph.nodes), bw.graphs[0].code

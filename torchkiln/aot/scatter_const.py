@@ -64,6 +64,46 @@ def _call(graph: fx.Graph, target, args, kwargs, fake_mode):
     return node
 
 
+def _fold_row_sums(g: fx.Graph, onehot: fx.Node, index: fx.Node, value, dim: int, size: int, fake_mode) -> None:
+    """``sum(onehot * s, [dim], keepdim=True)`` with ``s`` of extent 1 along ``dim`` (nll_loss's
+    backward: the one-hot times the scaled output gradient, summed over the classes) has
+    one non-zero term per row: it becomes ``where(0 <= index < size, value, 0) * s``, a
+    pointwise value of the row's index, and the backward needs no reduction over the
+    classes."""
+    for mul in list(onehot.users):
+        if mul.target is not aten.mul.Tensor or mul.kwargs or len(mul.args) != 2:
+            continue
+        s = mul.args[1] if mul.args[0] is onehot else mul.args[0]
+        sval = s.meta.get("val") if isinstance(s, fx.Node) else None
+        if s is onehot or not isinstance(sval, torch.Tensor) or sval.dtype != mul.meta["val"].dtype:
+            continue
+        nd = mul.meta["val"].dim()
+        if sval.dim() == nd and sval.shape[dim] != 1:
+            continue
+        if sval.dim() > nd - dim - 1 and sval.dim() != nd:  # broadcast onto the reduced dim
+            continue
+        for red in list(mul.users):
+            if red.target is not aten.sum.dim_IntList or red.kwargs or len(red.args) != 3 or red.args[2] is not True:
+                continue
+            dims = red.args[1]
+            if not isinstance(dims, (list, tuple)) or [d % nd for d in dims] != [dim]:
+                continue
+            rval = red.meta["val"]
+            if tuple(torch.broadcast_shapes(index.meta["val"].shape, sval.shape)) != tuple(rval.shape):
+                continue
+            with g.inserting_before(red):
+                ok = _call(g, aten.bitwise_and.Tensor, (_call(g, aten.ge.Scalar, (index, 0), {}, fake_mode),
+                                                        _call(g, aten.lt.Scalar, (index, size), {}, fake_mode)),
+                           {}, fake_mode)
+                consts = [_call(g, aten.scalar_tensor.default, (v,), dict(dtype=rval.dtype, device=rval.device),
+                                fake_mode) for v in (value, 0)]
+                row = _call(g, aten.mul.Tensor, (_call(g, aten.where.self, (ok, *consts), {}, fake_mode), s), {},
+                            fake_mode)
+            row.meta = {**red.meta, "val": row.meta["val"]}
+            red.replace_all_uses_with(row)
+            g.erase_node(red)
+
+
 def rewrite_scatter_of_constant(gm: fx.GraphModule) -> int:
     """Rewrite every matching ``scatter.value`` of ``gm`` in place; returns how many."""
     count = 0
@@ -92,6 +132,8 @@ def rewrite_scatter_of_constant(gm: fx.GraphModule) -> int:
         g.erase_node(n)
         if not base.users:
             g.erase_node(base)
+        if fill == 0:
+            _fold_row_sums(g, where, index, value, dim, out.shape[dim], fake_mode)
         count += 1
     if count:
         gm.recompile()
