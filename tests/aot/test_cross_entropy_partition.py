@@ -44,3 +44,30 @@ def test_cross_entropy_saves_the_logits_once(ignored):
     # the one-hot's row sum is the row's own value: the backward is pointwise over the logits
     assert not any(x.target is aten.sum.dim_IntList and x.args[0].meta["val"].shape == (rows, v)
                    for x in bw.graphs[0].graph.nodes), bw.graphs[0].code
+
+
+def _one_hot_loss(x, idx):
+    onehot = torch.zeros(x.shape).scatter(1, idx.unsqueeze(1), 1.0)
+    return (x * onehot).sum()
+
+
+def test_rewritten_one_hot_checks_its_index():
+    """A user's one-hot scatter is rewritten to a ``where`` too, and an out-of-range index
+    still raises as in eager's scatter (never a row with no value)."""
+    import torchkiln
+
+    x = torch.randn(6, 5, requires_grad=True)
+    fn = torchkiln.compile(_one_hot_loss)
+    good = torch.tensor([0, 4, 2, 2, 1, 3])
+    got = fn(x, good)
+    got.backward()
+    ref_x = x.detach().requires_grad_(True)
+    ref = _one_hot_loss(ref_x, good)
+    ref.backward()
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(x.grad, ref_x.grad)
+    bad = torch.tensor([0, 4, 2, 7, 1, 3])
+    with pytest.raises(RuntimeError):
+        _one_hot_loss(x, bad)
+    with pytest.raises((RuntimeError, IndexError)):
+        fn(x, bad)

@@ -14,9 +14,12 @@ in its post-grad ``scatter_upon_const_tensor`` pattern.
 
 Only rewritten when it means the same thing: the index has extent 1 along ``dim`` and
 the output's extent along every other dim (each row gets exactly one value), sizes are
-static, the output contiguous, the fill is ``full``/``full_like``/``zeros_like`` of a Python number.  As in
-torch.compile's pattern, an out-of-range index is not reported (eager's scatter raises):
-the row then gets no value.
+static, the output contiguous, the fill is ``full``/``full_like``/``zeros_like`` of a Python number.
+``where`` alone cannot report an out-of-range index, which eager's scatter raises
+(torch.compile's ``scatter_upon_const_tensor`` pattern reports nothing: a bad index gives
+a row with no value there).  So the index is first read back through
+``gather(iota, dim, index)``: the same values, and an indirect load, whose bounds check
+raises as eager does; it reads only the small index and fuses into the ``where``.
 """
 from __future__ import annotations
 
@@ -122,6 +125,8 @@ def rewrite_scatter_of_constant(gm: fx.GraphModule) -> int:
             shape = [1] * out.dim()
             shape[dim] = out.shape[dim]
             iota = _call(g, aten.view.default, (iota, shape), {}, fake_mode)
+            rows = _call(g, aten.expand.default, (iota, list(out.shape)), {}, fake_mode)
+            index = _call(g, aten.gather.default, (rows, dim, index), {}, fake_mode)  # bounds-checked
             hit = _call(g, aten.eq.Tensor, (iota, index), {}, fake_mode)
             consts = [_call(g, aten.scalar_tensor.default, (v,), dict(dtype=out.dtype, device=out.device), fake_mode)
                       for v in (value, fill)]
