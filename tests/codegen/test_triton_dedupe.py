@@ -65,3 +65,33 @@ def test_softmax_exp_is_not_stored():
     torch.testing.assert_close(c(x)[0], f(x)[0])
     assert len(re.findall(r"^def kernel\d+_launch", c.kernel_source, re.M)) == 1
     assert c.kernel_source.count("tl.store(") == 2  # persistent and looped: the output only
+
+
+def test_aliased_static_kernels_keep_their_own_launch_keys():
+    # two identical pointwise kernels over different static sizes share a jit function
+    # and a Launcher; each launch key names its own config and size class (a key of
+    # device + pointer alignment alone launched the second with the first's XBLOCK: on
+    # a GPU, a block of the larger kernel's elements was never written)
+    from torchkiln.codegen.triton.kernel import KernelRenderer
+
+    def f(a, b):
+        return ((a * 2).relu() @ b.t(), (b * 2).relu())
+
+    a, b = torch.randn(3, 5), torch.randn(1024, 5)
+    c = _compile(f, a, b)
+    for got, want in zip(c(a, b), f(a, b)):
+        torch.testing.assert_close(got, want)
+    src = c.kernel_source
+    aliases = re.findall(r"^(kernel\d+) = (kernel\d+)$", src, re.M)
+    assert aliases, src
+    # the GPU launcher of each kernel (rendered without the interpreter)
+    kernels = {k.name: k for k in c.kernels} if hasattr(c, "kernels") else None
+    if kernels is None:
+        pytest.skip("compiled graph does not expose its kernels")
+    def config_parts(k):  # the key's parts besides the device and the pointers' alignment
+        key = re.search(r"key = \((.*)\)", KernelRenderer(k).render_parts(False)[1]).group(1)
+        return [p for p in key.split(", ") if p != "_cu[0]" and "data_ptr()" not in p]
+
+    keys = {name: config_parts(k) for name, k in kernels.items()}
+    for alias, first in aliases:
+        assert keys[alias] != keys[first], (keys[alias], keys[first])

@@ -594,9 +594,14 @@ class KernelRenderer:
             lines.append(f"    ({pick})[(grid,)]({', '.join(args)}, {options})")
         else:
             launcher = f"{fns[0]}_L if persistent else {fns[1]}_L" if len(fns) == 2 else f"{fns[0]}_L"
-            if static is not None:  # the config is fixed: one launcher, the key is pointers + device
+            if static is not None:  # the config is fixed: its parts of the key are literals
+                from .runtime import int_spec
+
                 launcher = f"{fns[0] if static.get('persistent', True) else fns[1]}_L"
-                key = ["_cu[0]"] + [f"{n}.data_ptr() % 16 == 0" for n in names]
+                # identical kernels share one jit function and so one Launcher (render's
+                # aliases): its bindings must still tell their configs and sizes apart
+                key = (["_cu[0]"] + [repr(static[n]) for n in ("warps", "XBLOCK", "RBLOCK", "idx64") if n in static]
+                       + [f"{n}.data_ptr() % 16 == 0" for n in names] + [repr(int_spec(static[v])) for v in specialized])
             else:
                 key = (["_cu[0]", "warps", "XBLOCK"] + (["RBLOCK", "persistent"] if len(fns) == 2 else []) + ["idx64"]
                        + [f"{n}.data_ptr() % 16 == 0" for n in names] + [f"_rt.int_spec({v})" for v in specialized])
