@@ -448,10 +448,15 @@ class SetVariable(VariableTracker):
         kind = frozenset if frozen else set
         self.origin = origin
         self.ops: list = []
+        # the keys in the order they went into an initially empty table, while only insertions
+        # happened (None: unknown, or a key was removed): a set keyed by identity is rebuilt by
+        # inserting its runtime items in this order, which gives eager's table and order
+        self.insertion = None
         if real is None:
             real = kind(trackers)  # one by one into an empty set, as BUILD_SET / set(list)
             exact = source is None
             self.origin = ("new", kind, tuple(trackers))
+            self.insertion = dict(trackers) if source is None else None
         elif exact is None:
             exact = False
         self.real = real
@@ -479,6 +484,12 @@ class SetVariable(VariableTracker):
     def refresh(self, trackers, op=None):
         """``items`` after ``real`` changed in place (``trackers``: key -> tracker) by the
         method call ``op`` (``(name, args, kwargs)`` of replayable arguments, or None)."""
+        if self.insertion is not None:
+            added = [k for k in self.real if k not in self.insertion]
+            if len(added) > 1 or any(k not in self.real for k in self.insertion):
+                self.insertion = None  # several keys at once (their order), or a removal (dummies)
+            else:
+                self.insertion.update((k, trackers[k]) for k in added)
         if self.exact and any(type(k) is IdKey for k in self.real):  # s.add(tensor): hashed by address
             self.exact = False
         if not self.exact:
@@ -538,7 +549,8 @@ class SetVariable(VariableTracker):
         history = self.history()
         if history is not None and list(replay_set(history)) == list(self.real):
             return lambda rt: replay_set(history)  # the same table (dummies, size) as CPython's
-        recipes = [cg.recipe(v) for v in self.items.values()]
+        order = self.items if self.insertion is None else self.insertion
+        recipes = [cg.recipe(order[k] if k in order else self.items[k]) for k in order if k in self.items]
         kind = frozenset if self.frozen else set
         return lambda rt: kind(r(rt) for r in recipes)
 

@@ -173,8 +173,12 @@ class NativeCall:
             return result
         if type(value) in (set, frozenset):
             origin = self.result_origin[1] if self.result_origin and self.result_origin[0] is value else None
-            return SetVariable([self.key(k) for k in value], frozen=type(value) is frozenset, real=value,
-                               exact=not self.inexact, origin=origin)
+            result = SetVariable([self.key(k) for k in value], frozen=type(value) is frozenset, real=value,
+                                 exact=not self.inexact, origin=origin)
+            if origin is not None and origin[0] == "ctor" and origin[1] in (set, frozenset) and not origin[2] \
+                    and not value:
+                result.insertion = {}  # set(): a new, empty table (its later insertions are tracked)
+            return result
         if isinstance(value, (collections.abc.KeysView, collections.abc.ValuesView, collections.abc.ItemsView)):
             kind = ("keys" if isinstance(value, collections.abc.KeysView) else
                     "values" if isinstance(value, collections.abc.ValuesView) else "items")
