@@ -178,9 +178,6 @@ class CompileContext:
             trace.enable(options["trace"])
             options = {k: v for k, v in options.items() if k != "trace"}
         compiler_fn = lookup_backend(backend)
-        warm = getattr(compiler_fn, "warm", None)  # a backend's early start (compile workers)
-        if callable(warm):
-            warm()
         kwargs = {}
         if mode and mode != "default":
             kwargs["mode"] = mode

@@ -438,9 +438,10 @@ def _warm_compile_pool(example_inputs) -> None:
 
 
 def warm() -> None:
-    """``torchkiln.compile(..., backend="inductor")`` calls this when it is called: in a
-    process that already uses CUDA the compile workers start then, so they are ready by
-    the time capture hands over the first graph (capture of a 6-layer GPT takes seconds)."""
+    """Capture calls this when it starts capturing a frame for this backend (not when a
+    frame record of a warm start is installed): in a process that already uses CUDA the
+    compile workers start then, so they are ready by the time capture hands over the
+    first graph (capture of a 6-layer GPT takes seconds)."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         _start_compile_pool()
 
