@@ -911,6 +911,19 @@ def lookup(fn: types.FunctionType, f_locals: dict, backend, fullgraph: bool, dyn
     return None, key
 
 
+def _check_inlined(fn_, digest: str, defaults, name: str) -> None:
+    """Raises _Bypass unless the live inlined function ``fn_`` has the recorded code and defaults."""
+    code = _code_of(fn_)
+    if not isinstance(code, types.CodeType) or code_digest(code) != digest:
+        raise _Bypass(f"changed source: inlined {name}")
+    try:
+        same = _defaults(fn_) == defaults
+    except NotRecordable:
+        same = False
+    if not same:
+        raise _Bypass(f"changed source: the defaults of {name}")
+
+
 def _install(fn, f_locals, rec: dict, protocol, compile_wrapper=None) -> CacheEntry:
     from .guards import global_state
 
@@ -921,15 +934,7 @@ def _install(fn, f_locals, rec: dict, protocol, compile_wrapper=None) -> CacheEn
                 raise NotRecordable(f"damaged record: {str(item)[:80]}")
             cls = _resolve(module, qualname)
             fn_ = _unwrapped(_mro_attr(cls, attr), depth) if isinstance(cls, type) else _MISSING
-            code = _code_of(fn_)
-            if not isinstance(code, types.CodeType) or code_digest(code) != digest:
-                raise _Bypass(f"changed source: inlined {module}.{qualname}.{attr}")
-            try:
-                same = _defaults(fn_) == defaults
-            except NotRecordable:
-                same = False
-            if not same:
-                raise _Bypass(f"changed source: the defaults of {module}.{qualname}.{attr}")
+            _check_inlined(fn_, digest, defaults, f"{module}.{qualname}.{attr}")
             continue
         if item[0] == "<nested>":  # a local function: its outer function's code and its own
             _, module, outer_name, path, digest, outer_digest = item
@@ -941,16 +946,7 @@ def _install(fn, f_locals, rec: dict, protocol, compile_wrapper=None) -> CacheEn
         module, qualname, digest, defaults, depth = item
         if type(depth) is not int or not 0 <= depth <= _MAX_WRAPPED:
             raise NotRecordable(f"damaged record: a wrapper depth {depth!r}")
-        fn_ = _unwrapped(_resolve(module, qualname), depth)
-        code = _code_of(fn_)
-        if not isinstance(code, types.CodeType) or code_digest(code) != digest:
-            raise _Bypass(f"changed source: inlined {module}.{qualname}")
-        try:
-            same = _defaults(fn_) == defaults
-        except NotRecordable:
-            same = False
-        if not same:
-            raise _Bypass(f"changed source: the defaults of {module}.{qualname}")
+        _check_inlined(_unwrapped(_resolve(module, qualname), depth), digest, defaults, f"{module}.{qualname}")
     env = {"G": fn.__globals__, "___global_state": global_state, **_FIXED_ENV}
     for name, d in rec["names"].items():
         if d[0] == "globals":
