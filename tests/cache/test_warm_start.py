@@ -3,15 +3,13 @@ from their records without capture, and every reason to doubt a record falls bac
 capture with a correct result.  Two subprocesses in all (cold, then warm), each
 calling one frame per case, so the suite pays for two imports."""
 import json
-import os
-import subprocess
-import sys
 
 import torch
 
 from torchkiln.cache import entry as cache_entry
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ._subprocess import run_worker
+
 
 FRAMES = '''
 import os
@@ -77,12 +75,7 @@ def _write(tmp_path, constant="1.0"):
 
 
 def _run(tmp_path, phase, **env):
-    e = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
-             OMP_NUM_THREADS="1", **env)  # the caller's path too (bytecode may come from it)
-    p = subprocess.run([sys.executable, "-m", "tests.cache._warm_worker", str(tmp_path), phase], cwd=REPO, env=e,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return run_worker("tests.cache._warm_worker", str(tmp_path), phase, **env)
 
 
 def test_warm_start_hits_and_bypasses(tmp_path, fresh_cache):

@@ -6,21 +6,11 @@ class: transformers' ``DynamicCache``) is rebuilt as capture's recipe does; a fr
 with symbolic sizes keeps its shape guards.  Two subprocesses (cold, then warm); every result and the
 side effects of the breaking calls are checked against eager, and a changed argument
 or global that fails a guard captures again."""
-import json
-import os
-import subprocess
-import sys
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ._subprocess import run_worker
 
 
 def _run(phase, **env):
-    e = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
-             OMP_NUM_THREADS="1", **env)
-    p = subprocess.run([sys.executable, "-m", "tests.cache._warm_breaks_worker", phase], cwd=REPO, env=e,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return run_worker("tests.cache._warm_breaks_worker", phase, **env)
 
 
 def test_frames_with_graph_breaks_load_from_records(fresh_cache):

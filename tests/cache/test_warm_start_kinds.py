@@ -7,20 +7,12 @@ against eager, hits without capture when nothing changed, and captures again whe
 guard fails, including a mutated input that aliases another one (which the loaded
 graph could not run)."""
 import json
-import os
-import subprocess
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ._subprocess import run_worker
 
 
 def _run(phase):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
-               OMP_NUM_THREADS="1")  # the caller's path too (bytecode may come from it)
-    p = subprocess.run([sys.executable, "-m", "tests.cache._warm_kinds_worker", phase], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return run_worker("tests.cache._warm_kinds_worker", phase)
 
 
 def test_more_frame_kinds_load_from_records(fresh_cache):
