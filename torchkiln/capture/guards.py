@@ -19,6 +19,7 @@ import types
 import torch
 
 from ..shapes.policy import SCALAR, scalar_source
+from .guard_reads import module_read_codes
 from .source import hoist_shared_prefixes
 
 _DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
@@ -60,8 +61,9 @@ class GuardPart:
 class GuardBuilder:
     """Collects guard parts while tracing; ``build()`` generates the guard function."""
 
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, f_locals: dict | None = None):
         self.env = env  # names the generated code may use: G, ___g_<mod>, constants
+        self.f_locals = f_locals  # the frame's values at capture: module reads are planned on them
         self.parts: list[GuardPart] = []
         self._seen: set[str] = set()
         self._consts = 0
@@ -184,7 +186,11 @@ class GuardBuilder:
         self.env.setdefault("___Tensor", torch.Tensor)
         self.env.setdefault("___inf", math.inf)
         self.env.setdefault("___is_grad_enabled", torch.is_grad_enabled)
-        source = _guard_source([p.code for p in self.parts])
+        codes = _tensor_check_codes([p.code for p in self.parts], self.env)
+        if self.f_locals is not None:
+            codes = module_read_codes(codes, self.f_locals, self.env, self.const)
+            self.f_locals = None  # the guard keeps no argument alive
+        source = _guard_source(codes)
         namespace = self.env
         exec(compile(source, "<torchkiln guard>", "exec"), namespace)
         check = namespace.pop("___guard")
@@ -238,6 +244,41 @@ def _autocast_devices():
 
 _AUTOCAST_DEVICES = _autocast_devices()
 
+
+
+_DIM_PART = re.compile(r"^(.*)\.dim\(\) == (\d+)$")
+_SHAPE_PART = re.compile(r"^(.*)\.shape == \((.*)\)$")
+_DEVICE_PART = re.compile(r"^(.*)\.device == (___c\d+)$")
+_EXACT_TYPE_PART = re.compile(r"^type\((.*)\) is (___Tensor|___c\d+)$")
+
+
+def _tensor_check_codes(codes: list[str], env: dict) -> list[str]:
+    """The TENSOR_MATCH parts as the generated check runs them, cheaper and equivalent:
+    the rank check is left out where the full sizes are checked (``t.shape == (4, 64)``
+    implies ``t.dim() == 2``), and ``t.device == device('cpu')`` of a plain Tensor or
+    Parameter (its type checked) is ``t.is_cpu`` (no ``torch.device`` made per call).
+    The printed parts, failure reasons and records keep the full list."""
+    full_shape = {}
+    exact = set()
+    for code in codes:
+        m = _SHAPE_PART.match(code)
+        if m:
+            full_shape[m.group(1)] = m.group(2).count(",") + (0 if m.group(2).endswith(",") or not m.group(2) else 1)
+        m = _EXACT_TYPE_PART.match(code)
+        if m and env.get(m.group(2), torch.Tensor if m.group(2) == "___Tensor" else None) in (torch.Tensor,
+                                                                                            torch.nn.Parameter):
+            exact.add(m.group(1))
+    cpu = torch.device("cpu")
+    out = []
+    for code in codes:
+        m = _DIM_PART.match(code)
+        if m and full_shape.get(m.group(1)) == int(m.group(2)):
+            continue
+        m = _DEVICE_PART.match(code)
+        if m and m.group(1) in exact and env.get(m.group(2)) == cpu and type(env.get(m.group(2))) is torch.device:
+            code = f"{m.group(1)}.is_cpu"
+        out.append(code)
+    return out
 
 
 def _guard_source(codes: list[str]) -> str:

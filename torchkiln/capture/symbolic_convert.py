@@ -1131,7 +1131,7 @@ class InstructionTranslator(InstructionTranslatorBase):
 
         code = fn.__code__
         output = OutputGraph(code.co_name)
-        output.guards = GuardBuilder({"G": fn.__globals__})
+        output.guards = GuardBuilder({"G": fn.__globals__}, f_locals)
         output.tensor_inputs = []
         output.inlined = []  # (code, globals) of every function inlined: the warm start's record names them
         self.fn = fn
