@@ -256,16 +256,18 @@ class ModuleReads:
         return checks
 
 
-def module_read_codes(codes: list[str], f_locals: dict, env: dict, const) -> list[str]:
-    """The parts the generated guard runs for ``codes``: the class checks first, then
-    each part with its module reads rewritten and their preconditions before it."""
+def module_read_codes(codes: list[str], f_locals: dict, env: dict, const) -> tuple[list[str], list[str]]:
+    """``(parts to run, class checks)``: the parts the generated guard runs for
+    ``codes`` (the class checks first, then each part with its module reads rewritten
+    and their preconditions before it), and the class checks alone."""
     reads = ModuleReads(f_locals, env, const, codes)
     body: list[str] = []
     for code in codes:
         body += reads.rewrite(code)
+    classes = reads.class_checks()
     out, seen = [], set()
-    for code in reads.class_checks() + body:
+    for code in classes + body:
         if code not in seen:
             seen.add(code)
             out.append(code)
-    return out
+    return out, classes

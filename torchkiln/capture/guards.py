@@ -187,8 +187,9 @@ class GuardBuilder:
         self.env.setdefault("___inf", math.inf)
         self.env.setdefault("___is_grad_enabled", torch.is_grad_enabled)
         codes = _tensor_check_codes([p.code for p in self.parts], self.env)
+        classes = []
         if self.f_locals is not None:
-            codes = module_read_codes(codes, self.f_locals, self.env, self.const)
+            codes, classes = module_read_codes(codes, self.f_locals, self.env, self.const)
             self.f_locals = None  # the guard keeps no argument alive
         source = _guard_source(codes)
         namespace = self.env
@@ -196,7 +197,13 @@ class GuardBuilder:
         check = namespace.pop("___guard")
         for p in self.parts:
             p.env = namespace
-        return Guard(check, None, self.parts, source)
+        guard = Guard(check, None, self.parts, source)
+        for code in classes:
+            part = GuardPart(code)
+            part.reason = lambda L, p=part: f"a module class's attribute lookup changed: {p.shown} failed"
+            part.env = namespace
+            guard._class_checks.append(part)
+        return guard
 
 
 PLAIN_CONSTANT_TYPES = (int, float, str, bytes, bool, type(None))
@@ -303,6 +310,9 @@ class Guard:
         self._code_parts = code_parts
         self._parts = list(parts)
         self.source_text = source_text
+        # checks the generated function runs besides the parts (guard_reads' class checks):
+        # a failure reason when every part passes
+        self._class_checks: list[GuardPart] = []
 
     @property
     def code_parts(self) -> list[str]:
@@ -316,7 +326,7 @@ class Guard:
         return cls(lambda f_locals: True, [])
 
     def _failing(self, f_locals):
-        for part in self._parts:
+        for part in (*self._class_checks, *self._parts):
             try:
                 ok = part.fn(f_locals)
             except Exception:  # noqa: BLE001 - a guard that raises has failed
