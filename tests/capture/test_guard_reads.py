@@ -240,3 +240,28 @@ def test_tensor_rank_and_device_checks_still_fail():
     assert any(".dim() == 1" in p for p in entry.guard.code_parts)
     assert "rank mismatch" in entry.guard.failure_reason({"x": torch.randn(2, 4)})
     assert not entry.guard.check({"x": torch.randn(8, device="meta")})
+
+
+def test_steady_state_call_runs_no_module_getattr():
+    # the guard and the graph inputs' getter both read past nn.Module.__getattr__
+    import sys
+
+    torchkiln.reset()
+    net, x = Net(), torch.randn(2, 4)
+    opt, cnt = compiled(net)
+    check(opt, net, x)
+    calls = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is torch.nn.Module.__getattr__.__code__:
+            calls.append(frame.f_locals["name"])
+
+    sys.setprofile(profile)
+    try:
+        opt(x)
+    finally:
+        sys.setprofile(None)
+    assert calls == []
+    net.lin.weight = torch.nn.Parameter(torch.randn(4, 4))  # a new input object, read again
+    check(opt, net, x)
+    assert cnt.frame_count == 1

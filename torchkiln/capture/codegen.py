@@ -125,7 +125,8 @@ class RuntimeCodegen:
 
     def inputs_getter(self):
         """``fn(L) -> tuple`` of the graph's inputs, each shared source prefix read once."""
-        hoisted = hoist_shared_prefixes([i.source for i in self.output.inputs])
+        guards = self.output.guards
+        hoisted = hoist_shared_prefixes([guards.read_source(i.source) for i in self.output.inputs])
         lines = ["def ___inputs(L):"]
         lines += ["    " + line for setup, _ in hoisted for line in setup]
         lines.append("    return (" + "".join(code + ", " for _, code in hoisted) + ")")

@@ -85,17 +85,39 @@ class ModuleReads:
     """
 
     def __init__(self, f_locals: dict, env: dict, const, codes: list[str]):
-        self._roots = {"L": f_locals, **{k: v for k, v in env.items() if k == "G" or k.startswith("___g_")}}
+        self._roots = {"L": f_locals}
         self._env = env
         self._const = const
         self._types: dict[str, str] = {}
+        self.note_types(codes)
+        self._layouts: dict[type, tuple | None] = {}
+        self._names: dict[type, set[str]] = {}  # per module class: names read past __getattr__
+        self._chains: dict[str, tuple[str, list[str], object]] = {}  # chain -> (rewritten, preconditions, value)
+        self._required: dict[str, None] = {}  # chains read outside the guard (inputs): preconditions needed
+
+    def note_types(self, codes: list[str]) -> None:
+        """Learn the TYPE_MATCH parts among ``codes`` (a read is rewritten only below a
+        module whose type the guard checks)."""
         for code in codes:
             m = _TYPE_PART.match(code)
             if m and m.group(1) not in self._types:
                 self._types[m.group(1)] = m.group(2)
-        self._layouts: dict[type, tuple | None] = {}
-        self._names: dict[type, set[str]] = {}  # per module class: names read past __getattr__
-        self._chains: dict[str, tuple[str, list[str], object]] = {}  # chain -> (rewritten, preconditions, value)
+
+    def source(self, source: str) -> str:
+        """``source`` (a chain) with its module reads rewritten, for code that runs right
+        after this guard passed on the same ``f_locals`` (the graph inputs' getter): its
+        preconditions become part of the guard (:func:`module_read_codes`)."""
+        if not _CHAIN.fullmatch(source):
+            return source
+        new, pre, _ = self._chain(source)
+        if pre:
+            self._required[source] = None
+        return new
+
+    def forget_values(self) -> None:
+        """Drop the build-time values (the guard keeps no argument alive)."""
+        self._roots = {}
+        self._chains = {k: (new, pre, _NO_VALUE) for k, (new, pre, _) in self._chains.items()}
 
     # -- values at build time ---------------------------------------------------------
     def _layout(self, cls):
@@ -131,7 +153,8 @@ class ModuleReads:
         steps = _steps(chain)
         root = steps[0]
         base, _, key = root.partition("[")
-        table = self._roots.get(base)
+        table = self._roots.get(base) if base == "L" else self._env.get(base) if base == "G" or base.startswith("___g_") \
+            else None
         value = _NO_VALUE
         if type(table) is dict:
             try:
@@ -256,14 +279,17 @@ class ModuleReads:
         return checks
 
 
-def module_read_codes(codes: list[str], f_locals: dict, env: dict, const) -> tuple[list[str], list[str]]:
+def module_read_codes(codes: list[str], reads: ModuleReads) -> tuple[list[str], list[str]]:
     """``(parts to run, class checks)``: the parts the generated guard runs for
     ``codes`` (the class checks first, then each part with its module reads rewritten
-    and their preconditions before it), and the class checks alone."""
-    reads = ModuleReads(f_locals, env, const, codes)
+    and their preconditions before it, then the preconditions of the reads
+    :meth:`ModuleReads.source` rewrote elsewhere), and the class checks alone."""
+    reads.note_types(codes)
     body: list[str] = []
     for code in codes:
         body += reads.rewrite(code)
+    for chain in reads._required:
+        body += reads._chain(chain)[1]
     classes = reads.class_checks()
     out, seen = [], set()
     for code in classes + body:

@@ -19,7 +19,7 @@ import types
 import torch
 
 from ..shapes.policy import SCALAR, scalar_source
-from .guard_reads import module_read_codes
+from .guard_reads import ModuleReads, module_read_codes
 from .source import hoist_shared_prefixes
 
 _DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
@@ -64,6 +64,7 @@ class GuardBuilder:
     def __init__(self, env: dict, f_locals: dict | None = None):
         self.env = env  # names the generated code may use: G, ___g_<mod>, constants
         self.f_locals = f_locals  # the frame's values at capture: module reads are planned on them
+        self._reads = None  # guard_reads.ModuleReads, made on first use
         self.parts: list[GuardPart] = []
         self._seen: set[str] = set()
         self._consts = 0
@@ -75,6 +76,18 @@ class GuardBuilder:
         self._consts += 1
         self.env[name] = value
         return name
+
+    def _module_reads(self):
+        if self._reads is None and self.f_locals is not None:
+            self._reads = ModuleReads(self.f_locals, self.env, self.const, [p.code for p in self.parts])
+        return self._reads
+
+    def read_source(self, source: str) -> str:
+        """``source`` as code that runs right after this guard passed may read it: module
+        reads past ``nn.Module.__getattr__`` (see :mod:`.guard_reads`; the guard then
+        checks what that relies on).  Call before :meth:`build`."""
+        reads = self._module_reads()
+        return source if reads is None or self.f_locals is None else reads.source(source)
 
     def add(self, code: str, reason=None, size_of=None) -> None:
         if code in self._seen:
@@ -188,8 +201,10 @@ class GuardBuilder:
         self.env.setdefault("___is_grad_enabled", torch.is_grad_enabled)
         codes = _tensor_check_codes([p.code for p in self.parts], self.env)
         classes = []
-        if self.f_locals is not None:
-            codes, classes = module_read_codes(codes, self.f_locals, self.env, self.const)
+        reads = self._module_reads()
+        if reads is not None:
+            codes, classes = module_read_codes(codes, reads)
+            reads.forget_values()
             self.f_locals = None  # the guard keeps no argument alive
         source = _guard_source(codes)
         namespace = self.env

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import torch
 from torch.nn.modules import module as _nn_module
+from torch.nn.modules.lazy import LazyModuleMixin as _LazyModuleMixin
 
 from .api import _DisabledContext
 
@@ -139,7 +140,7 @@ class OptimizedModule(torch.nn.Module):
                 native = context.wrap(mod.__call__)
                 self.__dict__["_torchkiln_forward"] = (None, native)
             return native(*args, **kwargs)
-        if hasattr(mod, "_initialize_hook"):  # a lazy module not yet materialised
+        if isinstance(mod, _LazyModuleMixin) and hasattr(mod, "_initialize_hook"):  # a lazy module not yet materialised
             mod._infer_parameters(mod, args, kwargs)
         hooked = _has_hooks(mod)
         if hooked and mod._get_backward_hooks()[1]:  # legacy non-full backward hooks
