@@ -4,6 +4,7 @@ capture with a correct result.  Two subprocesses in all (cold, then warm), each
 calling one frame per case, so the suite pays for two imports."""
 import json
 
+import pytest
 import torch
 
 from torchkiln.cache import entry as cache_entry
@@ -138,6 +139,29 @@ def test_record_describes_guards_and_result():
             continue
         raise AssertionError(f"accepted {bad}")
 
+
+
+GOOD_EXPRS = ["L['x'].size()[0] == 3 and not L['y'].requires_grad", "type(L['m']) is ___c0", "L['s'][1:None:2] == (1,)",
+              "L['d'].keys() == {'a': 1}.keys()", "-L['n'] < ___inf", "L['f'].__defaults__ == (1, None)",
+              "___m0(last_hidden_state=___o[0])", "___new(___n0, key_cache=L['c'])", "___deref(L['w'][0]) is None",
+              "len({1, 2}) in [2, 3]", "G['__name__'] == 'm'"]
+BAD_EXPRS = ["__import__('os')", "L['x'].__class__.__subclasses__()", "(lambda: 1)()", "L['x'].numpy()", "x",
+             "[i for i in L]", "len(*L)", "L['x'].size(dim=0)", "___m0(1)", "___m0(**L)", "___new(L, a=1)",
+             "___new(___n0, __a=1)", "(y := 1)", "L if G else L", "L + 1", "f'{L}'", "L['x'].__globals__",
+             "getattr(L, 'x')()", "___c0(1)"]
+
+
+def test_record_grammar():
+    """What a record's expressions may hold (checked each time a record is loaded):
+    names L, G, ___*, a few builtins; no dunder attribute but the function/module ones
+    guards read; calls of a few builtins and tensor methods only."""
+    from torchkiln.capture import warm_start
+
+    names = warm_start.check_exprs(GOOD_EXPRS)
+    assert {"L", "G", "___c0", "___m0", "___new", "___n0", "___deref", "___o", "___inf", "type", "len"} <= names
+    for bad in BAD_EXPRS:
+        with pytest.raises(warm_start.NotRecordable):
+            warm_start.check_exprs(GOOD_EXPRS + [bad])
 
 def test_str_set_order_is_not_recorded():
     """A frame that iterated a set of strings is not recorded: str hashing is salted per

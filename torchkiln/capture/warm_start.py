@@ -348,6 +348,19 @@ def check_exprs(texts: list) -> set[str]:
         return _check_tree(texts, text)
 
 
+_DUNDERS = frozenset({"__dict__", "__code__", "__closure__", "__defaults__", "__kwdefaults__", "__func__", "__self__"})
+_CALLABLE_NAMES = _BUILTINS | {"___global_state", "___is_grad_enabled", "___Size", "___deref"}
+# the fields of each allowed node kind that hold nodes (a list, a node, or None); the
+# others hold plain values (Name.id, Attribute.attr, Constant.value, keyword.arg)
+_CHILDREN = {ast.Expression: ("body",), ast.Name: ("ctx",), ast.Attribute: ("value", "ctx"),
+             ast.Subscript: ("value", "slice", "ctx"), ast.Constant: (), ast.Compare: ("left", "ops", "comparators"),
+             ast.BoolOp: ("op", "values"), ast.keyword: ("value",), ast.Dict: ("keys", "values"),
+             ast.UnaryOp: ("op", "operand"), ast.Tuple: ("elts", "ctx"), ast.List: ("elts", "ctx"), ast.Set: ("elts",),
+             ast.Call: ("func", "args", "keywords"), ast.Slice: ("lower", "upper", "step")}
+_CHILDREN.update({kind: () for kind in _NODES if kind not in _CHILDREN})  # Load and the operators
+assert set(_CHILDREN) == set(_NODES) and all(set(f) <= set(k._fields) for k, f in _CHILDREN.items())
+
+
 def _check_tree(texts: list, text: str) -> set[str]:
     try:
         tree = ast.parse("(\n" + ",\n".join(texts) + ",\n)", mode="eval")
@@ -355,48 +368,57 @@ def _check_tree(texts: list, text: str) -> set[str]:
         raise NotRecordable(f"an expression that does not parse: {text[:80]}") from e
     if not isinstance(tree.body, ast.Tuple) or len(tree.body.elts) != len(texts):
         raise NotRecordable(f"expressions that do not parse one by one: {text[:80]}")
+    # Every node is visited (a stack, not ``ast.walk``'s generators: a record has
+    # thousands of nodes, checked each time it is loaded); its exact type must be one
+    # of the grammar's (``ast.parse`` makes no subclasses).
     names = set()
-    for node in _walk(tree):
-        if not isinstance(node, _NODES):
-            raise NotRecordable(f"a guard kind records cannot express ({type(node).__name__}): {text[:80]}")
-        if isinstance(node, ast.Name):
+    stack = [tree]
+    pop, push, children = stack.pop, stack.append, _CHILDREN
+    while stack:
+        node = pop()
+        kind = type(node)
+        if kind is ast.Attribute:  # the commonest nodes first, their children pushed directly
+            if node.attr.startswith("__") and node.attr not in _DUNDERS:
+                raise NotRecordable(f"the attribute {node.attr!r} in {text[:80]}")
+            push(node.value)
+            push(node.ctx)
+            continue
+        if kind is ast.Constant or kind is ast.Load:
+            continue
+        if kind is ast.Name:
             names.add(node.id)
             if not (node.id in ("L", "G") or node.id.startswith("___") or node.id in _BUILTINS):
                 raise NotRecordable(f"the name {node.id!r} in {text[:80]}")
-        elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr not in (
-                "__dict__", "__code__", "__closure__", "__defaults__", "__kwdefaults__", "__func__", "__self__"):
-            raise NotRecordable(f"the attribute {node.attr!r} in {text[:80]}")
-        elif isinstance(node, ast.Call):
-            f = node.func
-            if isinstance(f, ast.Name) and f.id.startswith("___m"):  # a ModelOutput class (checked when loaded)
-                if node.args or any(k.arg is None for k in node.keywords):
-                    raise NotRecordable(f"a ModelOutput built other than by field names: {text[:80]}")
-                continue
-            if isinstance(f, ast.Name) and f.id == "___new":  # ___new(___nK, attr=...): a plain class (checked)
-                if (len(node.args) != 1 or not isinstance(node.args[0], ast.Name) or not node.args[0].id.startswith("___n")
-                        or any(k.arg is None or not _plain_attr(k.arg) for k in node.keywords)):
-                    raise NotRecordable(f"an object built other than by class and attribute names: {text[:80]}")
-                continue
-            if not ((isinstance(f, ast.Name) and f.id in _BUILTINS | {"___global_state", "___is_grad_enabled", "___Size",
-                                                                       "___deref"})
-                    or (isinstance(f, ast.Attribute) and f.attr in _METHODS)) or node.keywords:
-                raise NotRecordable(f"a call records cannot express: {text[:80]}")
+        elif kind is ast.Call:
+            _check_call(node, text)
+        fields = children.get(kind)
+        if fields is None:
+            raise NotRecordable(f"a guard kind records cannot express ({kind.__name__}): {text[:80]}")
+        for field in fields:
+            value = getattr(node, field)
+            if type(value) is list:
+                for item in value:
+                    if item is not None:  # Dict.keys holds None for ``**``
+                        push(item)
+            elif value is not None:  # Slice's missing bounds
+                push(value)
     return names
 
 
-def _walk(tree):
-    """Every node of ``tree`` (``ast.walk`` without its generators: records have
-    hundreds of guard parts, each checked when a record is loaded)."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        for field in node._fields:
-            value = getattr(node, field, None)
-            if isinstance(value, list):
-                stack.extend(v for v in value if isinstance(v, ast.AST))
-            elif isinstance(value, ast.AST):
-                stack.append(value)
+def _check_call(node: ast.Call, text: str) -> None:
+    f = node.func
+    if type(f) is ast.Name and f.id.startswith("___m"):  # a ModelOutput class (checked when loaded)
+        if node.args or any(k.arg is None for k in node.keywords):
+            raise NotRecordable(f"a ModelOutput built other than by field names: {text[:80]}")
+        return
+    if type(f) is ast.Name and f.id == "___new":  # ___new(___nK, attr=...): a plain class (checked)
+        if (len(node.args) != 1 or type(node.args[0]) is not ast.Name or not node.args[0].id.startswith("___n")
+                or any(k.arg is None or not _plain_attr(k.arg) for k in node.keywords)):
+            raise NotRecordable(f"an object built other than by class and attribute names: {text[:80]}")
+        return
+    if not ((type(f) is ast.Name and f.id in _CALLABLE_NAMES) or (type(f) is ast.Attribute and f.attr in _METHODS)) \
+            or node.keywords:
+        raise NotRecordable(f"a call records cannot express: {text[:80]}")
 
 
 class _RecordGuard:
