@@ -79,3 +79,19 @@ def test_checking_a_record_runs_no_garbage_collection():
     with pytest.raises(warm_start.NotRecordable):
         warm_start.check_exprs(forged)
     assert gc.isenabled()
+
+
+def test_warm_triton_start_imports_no_kernel_generator(tmp_path):
+    """An FX graph cache hit of Triton kernels imports the generated module through
+    ``codegen/triton/loader.py``: not the kernel generator, whose renderer imports
+    sympy (about 1 s of a GPU warm start).  Triton's interpreter stands in for a GPU."""
+    pytest.importorskip("triton")
+    from ._subprocess import run_worker
+
+    env = {"TRITON_INTERPRET": "1", "TORCHKILN_CACHE_DIR": str(tmp_path)}
+    cold = run_worker("tests.cache._warm_triton_worker", **env)
+    assert cold["ok"] and cold["kernel_module"] and cold["inductor"].get("fxgraph_cache_miss", 0) >= 2
+    warm = run_worker("tests.cache._warm_triton_worker", **env)
+    assert warm["ok"] and warm["inductor"].get("fxgraph_cache_hit", 0) >= 2 and "fxgraph_cache_miss" not in warm["inductor"]
+    assert warm["warm_start"].get("hit", 0) >= 1
+    assert not warm["kernel_module"] and not warm["generator_module"] and not warm["sympy"]

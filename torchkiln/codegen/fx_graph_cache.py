@@ -205,7 +205,7 @@ def save(key: str, device: torch.device, source: str, kernel_source: str, descri
     get_store().put(NAMESPACE, key, cache_entry.pack(meta, blobs))
 
 
-_LOADERS = {"cpp": "torchkiln.codegen.cpp", "triton": "torchkiln.codegen.triton.generator"}
+_LOADERS = {"cpp": "torchkiln.codegen.cpp", "triton": "torchkiln.codegen.triton.loader"}  # no generator imported
 
 
 def load(key: str):

@@ -5,8 +5,8 @@ division, NaN-propagating max/min, argmax/argmin combiners), one ``@triton.jit``
 per fused kernel (two for reductions: persistent and looped) and a plain-Python launcher
 ``<kernel>_launch(buffers..., sizes...)`` per kernel, which computes ``xnumel``/``rnumel``
 and the launch grid from the sizes at run time.  The source is written to
-``$TORCHKILN_CACHE_DIR/triton/<hash>.py`` and imported from there (``@triton.jit`` reads
-source files through ``inspect``).
+``$TORCHKILN_CACHE_DIR/triton/<hash>.py`` and imported from there (``loader.py``, which
+also loads FX graph cache entries without importing this module).
 
 Kernels for CPU tensors run in Triton's interpreter, which is a process-wide mode:
 ``TRITON_INTERPRET=1`` must be set before triton is first imported (triton's own
@@ -17,19 +17,13 @@ libdevice.  Without the interpreter, compiling CPU kernels raises ``RuntimeError
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
-import importlib.util
-import os
-import sys
 
 import torch
 
-from ...cache import triton_store
-from ...utils.paths import cache_dir
 from ..generators import KernelGenerator
 from . import compile_pool
-from . import runtime as _rt
 from .kernel import KernelRenderer
+from .loader import load_cached_kernels, load_module, module_path, objects as _objects  # noqa: F401
 
 PRELUDE = '''\
 import math  # launchers compute sizes with printers.pexpr (math.ceil, math.floor...)
@@ -122,31 +116,7 @@ def interpreter_active() -> bool:
     return isinstance(tl.zeros, InterpretedFunction)
 
 
-def module_path(source: str) -> str:
-    """Where ``source`` is written: ``$TORCHKILN_CACHE_DIR/triton/<sha256>.py``."""
-    return os.path.join(cache_dir("triton"), hashlib.sha256(source.encode()).hexdigest()[:32] + ".py")
-
-
 use_triton_cache_dir = compile_pool.use_triton_cache_dir
-
-
-def load_module(source: str):
-    """Write ``source`` to the cache (by content hash) and import it."""
-    path = module_path(source)
-    name = "torchkiln_triton_" + os.path.basename(path)[:-3]
-    if name in sys.modules:
-        return sys.modules[name]
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    triton_store.bind_module(module)  # compiled binaries live in torchkiln's store (cache/triton_store.py)
-    sys.modules[name] = module
-    return module
 
 
 class TritonGenerator(KernelGenerator):
@@ -245,21 +215,3 @@ def _gpu_target(device: torch.device):
         return driver.active.get_current_target()
     major, minor = torch.cuda.get_device_capability(device)
     return GPUTarget("cuda", major * 10 + minor, 32)
-
-
-def load_cached_kernels(meta: dict, blobs: dict) -> dict:
-    """The launchers of an FX graph cache entry made by ``cache_artifacts`` (the module
-    is imported from its cached source; nothing is rendered)."""
-    if not meta["launchers"]:
-        return {}
-    source = blobs["source"].decode()
-    if "\nINTERPRET = False\n" in source:
-        use_triton_cache_dir()
-    return _objects(load_module(source), meta["launchers"])
-
-
-def _objects(module, launchers: list) -> dict:
-    """The wrapper's globals for a module's launchers (and the CUDA context reader)."""
-    objects = {name: getattr(module, name) for name in launchers}
-    objects["_kiln_cuda_context"] = _rt.cuda_context
-    return objects
