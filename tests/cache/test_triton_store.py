@@ -149,3 +149,35 @@ def test_driver_stubs_are_written_through_to_the_store(triton_env, tmp_path, mon
     knobs.cache.dir = str(tmp_path / "other-triton")  # another machine: empty Triton directory
     path = cls("KEYD").get_file(name)
     assert path.startswith(str(tmp_path / "other-triton")) and open(path, "rb").read() == b"\x7fELF stub"
+
+
+def test_triton_key_is_read_from_the_store_while_tritons_files_are_unchanged(triton_env, monkeypatch):
+    """``triton_key()`` (Triton's sources and libtriton hashed, ~0.4-1 s) is computed once
+    per Triton install, then read from the store by new processes; another fingerprint
+    of Triton's files (one changed) computes it again."""
+    import triton.runtime.cache as triton_cache
+
+    calls = []
+    fingerprint = triton_store._triton_fingerprint
+
+    def original():
+        calls.append(1)
+        return "3.x-abc-def"
+
+    def new_process():
+        store_mod.clear_memory()
+        monkeypatch.setattr(triton_cache, "triton_key", original)
+        monkeypatch.setattr(triton_store, "_triton_key_original", None)
+        triton_store.memoize_triton_key()
+        triton_store.memoize_triton_key()  # idempotent
+        return triton_cache.triton_key()
+
+    assert new_process() == "3.x-abc-def" and len(calls) == 1
+    assert triton_cache.get_cache_key.__globals__["triton_key"] is triton_cache.triton_key  # what compile() calls
+    assert new_process() == "3.x-abc-def" and len(calls) == 1  # read from the store
+    monkeypatch.setattr(triton_store, "_triton_fingerprint", lambda root: "f" * 64)
+    assert new_process() == "3.x-abc-def" and len(calls) == 2  # Triton's files changed: computed again
+    import triton
+
+    root = os.path.dirname(triton.__file__)
+    assert fingerprint(root) == fingerprint(root) != "f" * 64

@@ -16,12 +16,20 @@ makes a ``JITFunction`` compile inside it) use the store; any other Triton compi
 in the process (user kernels, torch.compile's) keeps Triton's file cache
 (``TRITON_CACHE_DIR``), exactly as without torchkiln.  A user-set
 ``TRITON_CACHE_MANAGER`` is left alone (then torchkiln's kernels use it too).
+
+Triton's cache key starts with ``triton_key()``: a SHA-256 of Triton's own sources and
+of ``libtriton.so`` (~0.4 s on an H100 host, once per process, paid by the first kernel
+a warm process loads).  :func:`memoize_triton_key` keeps its value in the store under a
+fingerprint of every file of the Triton package (path, size, mtime; ~10 ms of ``stat``),
+so a new process with the same Triton reads it instead; any file changed, added or
+removed makes another fingerprint, and Triton computes the key again.
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import shutil
@@ -142,13 +150,65 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
+def _triton_fingerprint(root: str) -> str:
+    """Path, size and mtime of every file of the Triton package at ``root`` (a superset
+    of what ``triton_key()`` reads), as one digest."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            st = os.stat(os.path.join(dirpath, name))
+            h.update(f"{os.path.relpath(os.path.join(dirpath, name), root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+_triton_key_original = None
+
+
+def memoize_triton_key() -> None:
+    """Make Triton's ``triton.runtime.cache.triton_key`` read its value from the store
+    when the Triton package's files are unchanged since it was computed (module
+    docstring); the value is Triton's own, computed by its function on a miss."""
+    global _triton_key_original
+    import triton
+    import triton.runtime.cache as triton_cache
+
+    current = triton_cache.triton_key
+    if _triton_key_original is not None or getattr(current, "_torchkiln_memo", False):
+        return
+    _triton_key_original = current
+    root = os.path.dirname(os.path.abspath(triton.__file__))
+
+    @functools.lru_cache(maxsize=None)
+    def triton_key():
+        try:
+            key = f"triton_key-{triton.__version__}-{_triton_fingerprint(root)[:40]}"
+        except OSError:
+            return current()
+        store = get_store()
+        data = store.get(NAMESPACE, key)
+        if data is not None:
+            try:
+                return data.decode()
+            except UnicodeDecodeError:
+                pass
+        value = current()
+        store.put(NAMESPACE, key, value.encode())
+        return value
+
+    triton_key._torchkiln_memo = True
+    triton_cache.triton_key = triton_key
+
+
 def install() -> bool:
     """Make :class:`StoreCacheManager` this process's Triton cache manager unless the user
     chose one (``TRITON_CACHE_MANAGER``); returns whether torchkiln's is in place.  Set
     through ``triton.knobs`` in this process only: subprocesses (torch.compile's compile
     workers) keep Triton's default; a torchkiln compile worker calls :func:`scoped`
-    itself."""
+    itself.  Also :func:`memoize_triton_key`."""
     from triton import knobs
+
+    memoize_triton_key()
 
     current = knobs.cache.manager_class
     if current is not None and current.__name__ != "StoreCacheManager":
