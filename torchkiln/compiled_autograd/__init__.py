@@ -39,32 +39,55 @@ from . import logs, protocol, state
 __all__ = ["enable", "disable", "reset", "compiler_fn_for_backend"]
 
 
-@contextlib.contextmanager
-def enable(compiler_fn: Callable, dynamic: bool = True):
-    """Run every backward inside through compiled autograd with ``compiler_fn(gm) -> callable``.
+class enable:
+    """Run every backward inside through compiled autograd with ``compiler_fn(gm) -> callable``
+    (a context manager, as ``torch._dynamo.compiled_autograd._enable``).
 
     On a torch whose engine protocol torchkiln has not verified: one ``UserWarning`` per
-    process, and backwards inside run eagerly (eager's gradients, nothing captured)."""
-    reason = protocol.unverified_reason()
-    if reason is not None:
-        _warn_once(reason)
-        yield
-        return
-    from .tracer import AutogradCapture  # here, not at import: it loads ShapeEnv and sympy (~1 s)
+    process, and backwards inside run eagerly (eager's gradients, nothing captured).
+    A plain class, not a generator: a training step may enter it around every backward."""
 
-    verbose = logs.verbose_enabled()  # snapshot, as torch's: turning it on inside has no effect
-    prior = protocol.set_compiler(functools.partial(AutogradCapture, compiler_fn, verbose), bool(dynamic))
-    if verbose:
-        protocol.set_verbose_logger(logs.ENGINE_LOGGER)
-    state.enabled_depth += 1
-    try:
-        with torch.autograd.set_multithreading_enabled(False):
-            yield
-    finally:
+    __slots__ = ("compiler_fn", "dynamic", "_prior")
+
+    def __init__(self, compiler_fn: Callable, dynamic: bool = True) -> None:
+        self.compiler_fn = compiler_fn
+        self.dynamic = bool(dynamic)
+        self._prior = None
+
+    def __enter__(self) -> None:
+        reason = protocol.unverified_reason()
+        if reason is not None:
+            _warn_once(reason)
+            return
+        verbose = logs.verbose_enabled()  # snapshot, as torch's: turning it on inside has no effect
+        prior = protocol.set_compiler(functools.partial(_capture_class(), self.compiler_fn, verbose), self.dynamic)
+        if verbose:
+            protocol.set_verbose_logger(logs.ENGINE_LOGGER)
+        state.enabled_depth += 1
+        self._prior = (prior, verbose, torch._C._is_multithreading_enabled())
+        torch._C._set_multithreading_enabled(False)
+
+    def __exit__(self, *exc) -> None:
+        if self._prior is None:
+            return
+        (prior, verbose, multithreading), self._prior = self._prior, None
+        torch._C._set_multithreading_enabled(multithreading)
         state.enabled_depth -= 1
         if verbose:
             protocol.set_verbose_logger(None)
         protocol.set_compiler(*prior)
+
+
+def _capture_class():
+    global _AutogradCapture
+    if _AutogradCapture is None:
+        from .tracer import AutogradCapture  # on first use, not at import: it loads ShapeEnv and sympy (~1 s)
+
+        _AutogradCapture = AutogradCapture
+    return _AutogradCapture
+
+
+_AutogradCapture = None
 
 
 _warned: set[str] = set()

@@ -182,7 +182,7 @@ def accumulate_into(leaf: torch.Tensor, new: torch.Tensor, input_ids: set, share
             grad = torch.empty_strided(leaf.size(), leaf.stride(), dtype=new.dtype, device=new.device)
             grad.copy_(new)
             new = grad
-        leaf.grad = new.detach()
+        leaf.grad = new.detach() if new.requires_grad else new
     elif old.is_sparse and not new.is_sparse:
         leaf.grad = new + old
     else:
@@ -208,33 +208,23 @@ def accumulate_grads(inputs: Sequence[torch.Tensor], indices: Sequence[int], gra
 accumulate_grads._torchkiln_disable = True
 
 
-class _FinalCallbacks:
-    """``Variable._execution_engine.queue_callback(cb)`` made from Python while a compiled
-    backward runs (a hook's, FSDP2's post-backward callback): the engine's compiled path
-    never runs the graph task's final callbacks, so they are collected here and run
-    after the graph and its accumulates, in order (a callback may queue more), as
-    eager's engine runs them at the end of the backward."""
-
-    def __init__(self) -> None:
-        self.callbacks: list[Callable[[], None]] = []
-        self.engine = None
-
-    def __enter__(self) -> "_FinalCallbacks":
-        self.engine = torch.autograd.Variable._execution_engine
-        torch.autograd.Variable._execution_engine = _QueueingEngine(self.engine, self.callbacks)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        torch.autograd.Variable._execution_engine = self.engine
-
-    def run(self) -> None:
-        if not self.callbacks:
-            return
+def _run_final_callbacks(callbacks: list) -> None:
+    """Run the callbacks Python queued with ``Variable._execution_engine.queue_callback(cb)``
+    while a compiled backward ran (a hook's, FSDP2's post-backward callback), in order: the
+    engine's compiled path never runs the graph task's final callbacks, so
+    :class:`CompiledBackward` collects them (through :class:`_QueueingEngine`) and runs
+    them after the graph and its accumulates, as eager's engine runs them at the end of
+    the backward.  A callback that queues another: it runs too, after this one."""
+    variable = torch.autograd.Variable
+    engine = variable._execution_engine
+    variable._execution_engine = _QueueingEngine(engine, callbacks)
+    try:
         i = 0
-        with self:  # a callback that queues another: it runs too, after this one
-            while i < len(self.callbacks):
-                self.callbacks[i]()
-                i += 1
+        while i < len(callbacks):
+            callbacks[i]()
+            i += 1
+    finally:
+        variable._execution_engine = engine
 
 
 class _QueueingEngine:
@@ -253,21 +243,26 @@ class _QueueingEngine:
         return getattr(self._engine, name)
 
 
-# references to a graph output in CompiledBackward.__call__: outs, grads, grad, getrefcount's argument
-_OWN_REFS = 4
+# references to a graph output at the refcount check in CompiledBackward._accumulate:
+# the local ``grad`` and getrefcount's argument (the outputs list's slot is cleared first)
+_OWN_REFS = 2
 
 
 class CompiledBackward:
     """``runtime_wrapper(compiled_fn, inputs, sizes, scalars, hooks, packed_data)``.
 
     Returns the ``torch.autograd.grad`` outputs (a list); leaf gradients are written
-    into ``.grad`` here.
+    into ``.grad`` here.  Called by the engine on every cache hit, so the path is flat:
+    no generator context managers, the engine's compiler swapped off and on with two
+    C calls, one pass over the leaves.
     """
 
     def __init__(self, num_outputs: int, accumulates: list[AccumulateRecord], cpp_hooks: list[int],
                  used_sizes: list[int], capture_id: int, graph: torch.fx.GraphModule) -> None:
         self.num_outputs = num_outputs
         self.accumulates = accumulates
+        # (output position, leaf position in inputs, post-accumulate-grad hook ids) per leaf
+        self.leaf_plan = tuple((num_outputs + k, rec.input_index, rec.post_hooks) for k, rec in enumerate(accumulates))
         self.cpp_hooks = cpp_hooks
         self.used_sizes = used_sizes
         self.capture_id = capture_id
@@ -275,38 +270,69 @@ class CompiledBackward:
         self.fallback = False
 
     def __call__(self, compiled_fn, inputs, sizes, scalars, hooks, packed_data=()):
-        sizes = [wrap_size(sizes[i]) for i in self.used_sizes]
-        with _FinalCallbacks() as final_callbacks:  # post-accumulate-grad hooks may queue too
-            with state.running_graph():
+        sizes = [wrap_size(sizes[i]) for i in self.used_sizes] if self.used_sizes else []
+        variable = torch.autograd.Variable
+        engine = variable._execution_engine
+        callbacks: list = []
+        variable._execution_engine = _QueueingEngine(engine, callbacks)  # post-accumulate-grad hooks may queue too
+        try:
+            prior_in_graph, state.in_graph = state.in_graph, True
+            try:
                 outs = self._run(compiled_fn, inputs, sizes, scalars, hooks, packed_data)
-            outs = list(outs)
-            results = outs[:self.num_outputs]
+            finally:
+                state.in_graph = prior_in_graph
+            outs = list(outs)  # ours to clear slot by slot (a compiler_fn may keep what it returned)
             if self.cpp_hooks:  # C++ tensor pre-hooks (retain_grad) on the gradients they saw
-                engine = protocol.engine()
+                cpp = protocol.engine()
                 for hook_id, grad in zip(self.cpp_hooks, outs[len(outs) - len(self.cpp_hooks):]):
-                    engine.call_cpp_tensor_pre_hooks(hook_id, grad)
-            if self.accumulates:
-                input_ids = {id(x) for x in inputs}
-                grads = outs[self.num_outputs:]
-                with torch.no_grad():
-                    for k, rec in enumerate(self.accumulates):
-                        grad, leaf = grads[k], inputs[rec.input_index]  # (zip's reused tuple would add a reference)
-                        shared = sys.getrefcount(grad) > _OWN_REFS  # held elsewhere: not ours to steal
-                        accumulate_into(leaf, grad, input_ids, shared)
-                        for hook_id in rec.post_hooks:
-                            if hooks[hook_id](leaf) is not None:
-                                raise RuntimeError("Tensor post accumulate grad hooks should return None.")
-        final_callbacks.run()
+                    cpp.call_cpp_tensor_pre_hooks(hook_id, grad)
+            if self.leaf_plan:
+                if torch.is_grad_enabled():
+                    with torch.no_grad():
+                        self._accumulate(outs, inputs, hooks)
+                else:
+                    self._accumulate(outs, inputs, hooks)
+            results = outs[:self.num_outputs]
+        finally:
+            variable._execution_engine = engine
+        if callbacks:
+            _run_final_callbacks(callbacks)
         return results
+
+    def _accumulate(self, outs: list, inputs, hooks) -> None:
+        """Eager's ``AccumulateGrad`` per leaf (:func:`accumulate_into`), then its
+        post-accumulate-grad hooks.  ``outs[pos]`` is dropped from the list before the
+        refcount check, so a count above the loop's own references means something
+        else holds the gradient (not ours to steal)."""
+        input_ids = None
+        for pos, index, post_hooks in self.leaf_plan:
+            grad = outs[pos]
+            outs[pos] = None
+            leaf = inputs[index]
+            old = leaf.grad
+            if old is None:
+                if input_ids is None:
+                    input_ids = {id(x) for x in inputs}
+                shared = sys.getrefcount(grad) > _OWN_REFS  # before the call below pushes more references
+                accumulate_into(leaf, grad, input_ids, shared)
+            elif old.is_sparse and not grad.is_sparse:
+                leaf.grad = grad + old
+            else:
+                old += grad
+            for hook_id in post_hooks:
+                if hooks[hook_id](leaf) is not None:
+                    raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
     def _run(self, compiled_fn, *args):
         if self.fallback:
             return self.graph(*args)
+        prior = protocol.set_compiler(None, False)  # compiling the graph may itself use autograd
         try:
-            with state.engine_compiler_off():  # compiling the graph may itself use autograd
-                return compiled_fn(*args)
+            return compiled_fn(*args)
         except Unsupported as e:  # raised while capturing, before any of the graph ran
             warnings.warn(f"compiled autograd: compiling backward graph {self.capture_id} failed ({e}); "
                           "running it uncompiled")
             self.fallback = True
             return self.graph(*args)
+        finally:
+            protocol.set_compiler(*prior)

@@ -9,16 +9,6 @@ in_graph = False
 
 
 @contextlib.contextmanager
-def running_graph():
-    global in_graph
-    prior, in_graph = in_graph, True
-    try:
-        yield
-    finally:
-        in_graph = prior
-
-
-@contextlib.contextmanager
 def engine_compiler_off():
     """The engine's compiler unset (backwards inside run eagerly), then restored."""
     from .protocol import set_compiler
