@@ -8,7 +8,8 @@ the engine's cache lookup.
 (``p.register_hook(lambda g: g.clamp(-1e-3, 1e-3))``); ``hooked_small`` 8 Linear(64)
 layers (16 hooked parameters, batch 16), where the per-step Python work of eager's
 hooks and engine matters: eager runs one Python hook per parameter per step; compiled
-autograd has them inlined into the compiled backward graph.
+autograd has them inlined into the compiled backward graph.  ``hooked_wide``: the same
+with Linear(256), batch 64, where the GEMMs are about half of the step.
 
 torch's and torchkiln's compiled autograd share the C++ engine, which binds its backward
 formulas to whichever compiler object asks first in a process, so the two run in separate
@@ -34,15 +35,21 @@ import time
 import torch
 
 
+# hidden size, batch: hooked_small is per-step Python work (engine, hooks, wrappers); at
+# hooked_wide the GEMMs are about half of eager's step
+_STACKS = {"hooked_small": (64, 16), "hooked_wide": (256, 64)}
+
+
 def build(name: str):
     from torchkiln.bench.models import Workload, build as build_model
 
-    if name == "hooked_small":  # Python overhead dominates: 16 small parameters, each hooked
+    if name in _STACKS:  # 8 x (Linear(hidden), ReLU): 16 parameters, each hooked
+        hidden, batch = _STACKS[name]
         torch.manual_seed(0)
         layers = []
         for _ in range(8):
-            layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]
-        x, target = torch.randn(16, 64), torch.randn(16, 64)
+            layers += [torch.nn.Linear(hidden, hidden), torch.nn.ReLU()]
+        x, target = torch.randn(batch, hidden), torch.randn(batch, hidden)
         work = Workload(torch.nn.Sequential(*layers), (x,), {}, lambda out: torch.nn.functional.mse_loss(out, target))
     else:
         work = build_model("mlp" if name == "hooked_mlp" else name, "cpu")
@@ -128,7 +135,7 @@ def lookup_overhead(kind: str, repeat: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="hooked_small,hooked_mlp,mlp,cnn,nanogpt")
+    ap.add_argument("--models", default="hooked_small,hooked_wide,hooked_mlp,mlp,cnn,nanogpt")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--worker", nargs=2, metavar=("KIND", "MODEL"))

@@ -214,13 +214,18 @@ def _inference_wrapper(compiled, meta: ViewAndMutationMeta, returned: list) -> C
         n_out = len(meta.outputs)
 
         def inference_runtime(*args):
+            if not torch.is_grad_enabled():  # (a compiled backward, an inference loop): no switch
+                return call_compiled(compiled, args)[:n_out]
             with torch.no_grad():
                 return call_compiled(compiled, args)[:n_out]
 
         return inference_runtime
 
     def inference_runtime(*args):
-        with torch.no_grad():
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                outs = call_compiled(compiled, args)
+        else:
             outs = call_compiled(compiled, args)
         return finish_call(list(args), outs, meta, returned)
 

@@ -137,8 +137,13 @@ def _reset_capture_ids() -> None:
         tracer.reset_capture_ids()
 
 
-def compiler_fn_for_backend(backend, *, fullgraph: bool = False, dynamic: bool | None = True) -> Callable:
-    """``compiler_fn`` compiling the captured backward with ``torchkiln.compile(backend=...)``."""
+def compiler_fn_for_backend(backend, *, fullgraph: bool = False, dynamic: bool | None = None) -> Callable:
+    """``compiler_fn`` compiling the captured backward with ``torchkiln.compile(backend=...)``.
+
+    ``dynamic=None`` (the default, as ``torch.compile``'s): the graph is compiled for the
+    sizes it first sees, and a size that changes recompiles it once with that size
+    symbolic (the engine's own ``enable(dynamic=)`` decides what it lifts as symbolic);
+    a graph compiled static skips the size arithmetic and the size guards per call."""
     def compiler_fn(gm):
         with config.patch(compiled_autograd=False):  # the backward graph has no backward inside
             return _compile(gm, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
