@@ -32,7 +32,14 @@ a before/after comparison sees the same machine load.
 model and runs eager's first step, timed the same way: the part of every variant's time
 that is not compiling (interpreter, ``import torch``, the model, the optimizer's
 ``torch._dynamo`` import in training rows, the step itself); kiln minus eager is what
-torchkiln's warm start adds.
+torchkiln's warm start adds.  On a GPU eager's first step is no lower bound (it loads
+ATen's and cuBLAS's kernels lazily, which a compiled step partly avoids): ``--floor bare``
+adds ``bare`` instead, the same process without the step (``import torch``, CUDA
+initialised, the model and its inputs built on the device, the optimizer made), and
+``--floor both`` adds the two.
+
+On a GPU the kiln column's hits read ``<frame hits>/tc<n>``: ``n`` Triton kernels
+compiled by that process (``triton_cache_saved``; a warm start should compile none).
 
 ``--keep DIR`` keeps the caches under ``DIR/<model>-<mode>``; a later run with the
 same ``DIR`` skips the peer's cold process where its caches exist (torch.compile's
@@ -66,7 +73,8 @@ def _stub_packages() -> None:
 
 
 def eager_worker(spec: dict) -> dict:
-    """The floor: eager's first step in a new process, the model built as the others do."""
+    """The floor: eager's first step in a new process, the model built as the others do
+    (``bare``: everything but the step)."""
     import copy
 
     from torchkiln.bench import measure, run
@@ -74,16 +82,20 @@ def eager_worker(spec: dict) -> dict:
     with measure.threads(spec["threads"]):
         work = run.build(spec["model"], spec["device"])
         model = copy.deepcopy(copy.deepcopy(work.model))
-        measure.timed(run._Step(model, model, work, spec["mode"], spec["device"]).first, spec["device"])
+        step = run._Step(model, model, work, spec["mode"], spec["device"])
+        if spec["variant"] == "bare":
+            measure.timed(lambda: None, spec["device"])  # synchronizes the device
+        else:
+            measure.timed(step.first, spec["device"])
         seconds = time.time() - spec["spawn_time"]
     return {"s": seconds, "cpu": time.process_time(), "status": "ok", "error": "", "hits": None, "graphs": 0}
 
 
 def worker(spec: dict) -> dict:
     """One process: one variant's first step, timed from ``spec["spawn_time"]``."""
-    if spec["variant"] in ("peer", "eager"):
+    if spec["variant"] in ("peer", "eager", "bare"):
         _stub_packages()
-    if spec["variant"] == "eager":
+    if spec["variant"] in ("eager", "bare"):
         return eager_worker(spec)
     from torchkiln.bench import run
 
@@ -98,7 +110,11 @@ def worker(spec: dict) -> dict:
         hits = {k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
         hits.update({k: v for k, v in counters["aot_autograd"].items() if k.startswith("autograd_cache")})
     else:
+        from torchkiln import counters
+
         hits = row.get("warm_start_hits")
+        if spec["device"] != "cpu":  # Triton kernels this process compiled (cache/triton_store.py)
+            hits = f"{hits}/tc{counters['inductor'].get('triton_cache_saved', 0)}"
     return {"s": row.get(f"{prefix}warm_start_s"), "cpu": row.get(f"{prefix}warm_start_cpu_s"),
             "status": row.get(f"{prefix}status"),
             "error": row.get(f"{prefix}error", ""), "hits": hits, "graphs": row.get(f"{prefix}graphs")}
@@ -145,8 +161,7 @@ def measure_row(model: str, mode: str, args, pycache: str | None) -> dict:
     cold_pyc = kinds[-1][1]  # the cold processes write .pyc files where a warm variant reads them
     if args.base:
         kinds = [("base", kinds[0][1])] + kinds
-    if args.floor:
-        kinds = kinds + [("eager", None)]
+    kinds = kinds + [(name, None) for name in _floors(args.floor)]
     repos = {"base": args.base}
     cache = os.path.join(args.keep, f"{model}-{mode}") if args.keep else tempfile.mkdtemp(prefix="tk-warm-")
     os.makedirs(cache, exist_ok=True)
@@ -160,7 +175,7 @@ def measure_row(model: str, mode: str, args, pycache: str | None) -> dict:
     samples["peer"] = []
     for _ in range(args.warm):
         for name, prefix in kinds + [("peer", None)]:
-            samples[name].append(spawn(model, mode, name if name in ("peer", "eager") else "kiln", cache, args,
+            samples[name].append(spawn(model, mode, name if name in ("peer", "eager", "bare") else "kiln", cache, args,
                                        prefix, args.timeout, repos.get(name) or REPO))
     for name, results in samples.items():
         times = [r["s"] for r in results if r.get("s") is not None and r.get("status") == "ok"]
@@ -200,12 +215,13 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--keep", metavar="DIR")
     p.add_argument("--base", metavar="DIR", help="also torchkiln from this source tree (before/after)")
-    p.add_argument("--floor", action="store_true", help="also eager's first step in a new process (the floor)")
+    p.add_argument("--floor", nargs="?", const="eager", choices=("eager", "bare", "both"),
+                   help="also eager's first step in a new process (eager), that process without the step (bare), or both")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     pycache = tempfile.mkdtemp(prefix="tk-pyc-")
     kinds = ["kiln"] if args.bytecode == "nowrite" else ["kiln_pyc"] if args.bytecode == "write" else ["kiln", "kiln_pyc"]
-    kinds = ["base"] * bool(args.base) + kinds + ["eager"] * args.floor
+    kinds = ["base"] * bool(args.base) + kinds + _floors(args.floor)
     rows = []
     print(f"{'model':12} {'mode':9} " + " ".join(f"{k + ' s':>9}" for k in kinds) + f" {'peer s':>8} "
           + " ".join(f"{k + '/peer':>13}" for k in kinds) + " " + " ".join(f"{k + ' cpu':>11}" for k in kinds)
@@ -221,7 +237,8 @@ def main(argv=None) -> int:
                   + " " + " ".join(f"{fmt(row.get(k + '_cpu'), '11.2f')}" for k in kinds)
                   + f" {fmt(row.get('peer_cpu'), '9.2f')} "
                   + " ".join(f"{fmt(row.get(k + '/peer_cpu'), '14.3f')}" for k in kinds)
-                  + "  " + " ".join(str(row.get(k + "_hits")) for k in kinds if k != "eager") + f"  {notes}", flush=True)
+                  + "  " + " ".join(str(row.get(k + "_hits")) for k in kinds if k not in ("eager", "bare"))
+                  + f"  {notes}", flush=True)
     summary = {k: geomean([r.get(f"{k}/peer") for r in rows]) for k in kinds}
     summary.update({f"{k} cpu": geomean([r.get(f"{k}/peer_cpu") for r in rows]) for k in kinds})
     worst = {k: max((r.get(f"{k}/peer") or 0 for r in rows), default=None) for k in kinds}
@@ -232,6 +249,10 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "geomean": summary, "worst": worst, "args": vars(args)}, f, indent=1)
     return 0
+
+
+def _floors(floor: str | None) -> list[str]:
+    return {None: [], "eager": ["eager"], "bare": ["bare"], "both": ["eager", "bare"]}[floor]
 
 
 def fmt(v, spec):
