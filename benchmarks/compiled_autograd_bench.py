@@ -9,7 +9,7 @@ the engine's cache lookup.
 layers (16 hooked parameters, batch 16), where the per-step Python work of eager's
 hooks and engine matters: eager runs one Python hook per parameter per step; compiled
 autograd has them inlined into the compiled backward graph.  ``hooked_wide``: the same
-with Linear(256), batch 64, where the GEMMs are about half of the step.
+with Linear(256), batch 64, where the GEMMs are ~70% of the step.
 
 torch's and torchkiln's compiled autograd share the C++ engine, which binds its backward
 formulas to whichever compiler object asks first in a process, so the two run in separate
@@ -36,7 +36,7 @@ import torch
 
 
 # hidden size, batch: hooked_small is per-step Python work (engine, hooks, wrappers); at
-# hooked_wide the GEMMs are about half of eager's step
+# hooked_wide its 24 GEMMs are ~70% of eager's step (2.2 of 3.1 ms, thread time)
 _STACKS = {"hooked_small": (64, 16), "hooked_wide": (256, 64)}
 
 
