@@ -35,19 +35,27 @@ def _fns():
     def full(x):
         return x.sum(), x.abs().max(), (x * 2).sum() + 1
 
-    return [(colsum, (4096, 8)), (bn_stats, (16, 4, 16, 16)), (full, (64, 128))]
+    def welford(x):  # batch-norm statistics: var_mean per channel, biased and unbiased
+        var, mean = torch.var_mean(x + 3.0, (0, 2, 3), correction=0)
+        return var, mean, x.var((0, 2, 3), keepdim=True)
+
+    def welford_rows(x):  # a column variance (one reduction dim)
+        return torch.var_mean(x * 1000.0 + 1e4, 0)
+
+    return [(colsum, (4096, 8)), (bn_stats, (16, 4, 16, 16)), (full, (64, 128)),
+            (welford, (16, 4, 16, 16)), (welford_rows, (4096, 8))]
 
 
 def _spy(monkeypatch) -> list:
     monkeypatch.setattr(split_reduction, "enabled", lambda device: True)
     monkeypatch.setattr(split_reduction, "MIN_ELEMENTS", 0)
-    calls, real = [], split_reduction.split
-    monkeypatch.setattr(split_reduction, "split", lambda red, n: calls.append(n) or real(red, n))
+    calls, real = [], split_reduction._partials  # one call per stage-1 partial result
+    monkeypatch.setattr(split_reduction, "_partials", lambda red, n: calls.append(n) or real(red, n))
     return calls
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
-@pytest.mark.parametrize("case", range(3))
+@pytest.mark.parametrize("case", range(5))
 def test_split_matches_eager(case, backend, monkeypatch):
     fn, shape = _fns()[case]
     calls = _spy(monkeypatch)
@@ -82,3 +90,26 @@ def test_split_bias_gradient_training(monkeypatch):
     torch.relu(lin(x)).sum().backward()
     assert same(grads, [lin.bias.grad, lin.weight.grad, x.grad], tol=1e-4)
     assert calls  # the bias gradient (6 outputs of 4096 rows) was split
+
+
+def test_split_batch_norm_training(monkeypatch):
+    """Batch norm's forward statistics (Welford) and backward sums, split."""
+    calls = _spy(monkeypatch)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(4).to(device)
+    x = (torch.randn(16, 4, 16, 16, device=device) * 5 + 7).requires_grad_()
+    w = torch.randn(16, 4, 16, 16, device=device)
+    torchkiln.reset()
+    out = torchkiln.compile(lambda x: (bn(x) * w).sum())(x)
+    out.backward()
+    got = [out.detach(), bn.bias.grad.clone(), bn.weight.grad.clone(), x.grad.clone(), bn.running_var.clone(),
+           bn.running_mean.clone()]
+    torch.manual_seed(0)
+    ref_bn = torch.nn.BatchNorm2d(4).to(device)
+    x.grad = None
+    ref = (ref_bn(x) * w).sum()
+    ref.backward()
+    assert same(got, [ref.detach(), ref_bn.bias.grad, ref_bn.weight.grad, x.grad, ref_bn.running_var,
+                      ref_bn.running_mean], tol=1e-4)
+    assert len(calls) >= 3  # mean, M2 and the backward's sums

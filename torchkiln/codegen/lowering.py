@@ -645,7 +645,12 @@ def _dims(x, dim):
 
 
 def make_reduction(x, dims, keepdim, rtype, dtype, acc_dtype, value_fn=None) -> TensorBox:
-    """A Reduction box: ``rtype`` over ``dims`` of ``value_fn(load(x))``."""
+    """A Reduction box: ``rtype`` over ``dims`` of ``value_fn(load(x))`` (split in two
+    stages where split_reduction says so)."""
+    return split_reduction.maybe_split(_reduction(x, dims, keepdim, rtype, dtype, acc_dtype, value_fn))
+
+
+def _reduction(x, dims, keepdim, rtype, dtype, acc_dtype, value_fn=None) -> Reduction:
     xs = list(x.get_size())
     n = len(xs)
     kept = [i for i in range(n) if i not in dims]
@@ -666,7 +671,7 @@ def make_reduction(x, dims, keepdim, rtype, dtype, acc_dtype, value_fn=None) -> 
         v = load(full)
         return value_fn(v) if value_fn else v
 
-    return split_reduction.maybe_split(Reduction(size, rranges, rtype, dtype, acc_dtype, x.device, inner))
+    return Reduction(size, rranges, rtype, dtype, acc_dtype, x.device, inner)
 
 
 def _acc(dtype: torch.dtype) -> torch.dtype:
@@ -760,7 +765,9 @@ def _var_mean(x, dim, correction, keepdim):
     n = cast(IndexValue(count, torch.int64), acc)
     corr = 1 if correction is None else correction
     denom = Op("maximum", (Op("sub", (n, cast(loader_for(corr)([]), acc)), acc), Constant(0.0, acc)), acc)
-    mean = make_reduction(x, dims, keepdim, "welford_mean", acc, acc, lambda v: cast(v, acc))
+    mean, m2 = split_reduction.maybe_split_welford(
+        _reduction(x, dims, keepdim, "welford_mean", acc, acc, lambda v: cast(v, acc)),
+        _reduction(x, dims, keepdim, "welford_m2", acc, acc, lambda v: cast(v, acc)))
     if count in (0, 1):  # nothing to reduce; eager: var and mean of nothing are NaN
         data, first = mean.data, [sympy.Integer(0)] * len(dims)
         nan = Constant(math.nan, acc)
@@ -768,7 +775,6 @@ def _var_mean(x, dim, correction, keepdim):
         return (TensorBox(Pointwise(data.size, odt, x.device, lambda idx: cast(var, odt))),
                 TensorBox(Pointwise(data.size, odt, x.device,
                                     lambda idx: cast(nan if count == 0 else data.inner_fn(idx, first), odt))))
-    m2 = make_reduction(x, dims, keepdim, "welford_m2", acc, acc, lambda v: cast(v, acc))
     var = TensorBox(Pointwise(m2.get_size(), odt, x.device,
                               lambda idx, ld=m2.make_loader(): cast(Op("truediv", (ld(idx), denom), acc), odt)))
     mean_out = TensorBox(Pointwise(mean.get_size(), odt, x.device,

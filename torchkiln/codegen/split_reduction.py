@@ -6,18 +6,24 @@ gradient over its 4096 rows (a bias gradient), or of a batch-norm input over
 whole row.  As TorchInductor's split reductions (``Reduction.num_splits``), the row is
 cut into ``S`` chunks: a first reduction writes ``[S, *out]`` partial results (``S``
 times the programs, each over a chunk), a second reduces them over the leading ``S``.
-Only reduction types whose partial results combine with the same reduction (sum, prod,
-max, min, any, all) and static sizes are split; argmax/argmin and welford stay whole.
+Reduction types whose partial results combine with the same reduction (sum, prod, max,
+min, any, all) are split so; a Welford mean and M2 (var_mean: batch-norm statistics)
+split into equal chunks whose means and M2s combine as in Chan's parallel variance:
+mean = mean of the chunk means, M2 = sum of (chunk M2 + chunk size * (chunk mean -
+mean)^2) (TorchInductor's split welford combines partial Welford states too).
+Only static sizes are split; argmax/argmin stay whole.
 """
 from __future__ import annotations
 
 import functools
 import operator
 
+from typing import Callable
+
 import sympy
 
 from . import ir
-from .nodes import Reduction, TensorBox
+from .nodes import Pointwise, Reduction, TensorBox, cast
 
 SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any", "all"})
 # stage-1 outputs wanted: enough programs for a GPU's SMs even at 64 outputs a program
@@ -52,37 +58,71 @@ def enabled(device) -> bool:
     return device.type == "cuda" and bool(config.split_reductions)
 
 
+def _splits_for(red: Reduction) -> int:
+    """``num_splits`` of a static ``red`` on a device that splits; 1 otherwise."""
+    static = [sympy.sympify(s) for s in list(red.size) + list(red.reduction_ranges)]
+    if not red.reduction_ranges or not enabled(red.device) or not all(s.is_Integer for s in static):
+        return 1
+    xnumel = functools.reduce(operator.mul, [int(s) for s in red.size], 1)
+    rnumel = functools.reduce(operator.mul, [int(s) for s in red.reduction_ranges], 1)
+    return num_splits(xnumel, rnumel)
+
+
 def maybe_split(red: Reduction) -> TensorBox:
     """``red`` boxed, as two reductions when ``num_splits`` says so (see module doc)."""
-    static = [sympy.sympify(s) for s in list(red.size) + list(red.reduction_ranges)]
-    if (red.reduction_type not in SPLITTABLE or not red.reduction_ranges or not enabled(red.device)
-            or not all(s.is_Integer for s in static)):
-        return TensorBox(red)
-    xnumel = functools.reduce(operator.mul, [int(s) for s in red.size], 1)
-    rranges = [int(s) for s in red.reduction_ranges]
-    rnumel = functools.reduce(operator.mul, rranges, 1)
-    splits = num_splits(xnumel, rnumel)
+    splits = _splits_for(red) if red.reduction_type in SPLITTABLE else 1
+    return TensorBox(red) if splits == 1 else split(red, splits)
+
+
+def maybe_split_welford(mean: Reduction, m2: Reduction) -> tuple[TensorBox, TensorBox]:
+    """The ``welford_mean`` and ``welford_m2`` Reductions of one value (lowering's
+    var_mean), boxed, or in their two-stage form when ``num_splits`` says so: chunk
+    means and M2s (one stage-1 kernel, the scheduler shares their Welford Reduce), then
+    per output mean = sum of the chunk means / S and M2 = sum over chunks of (chunk M2 +
+    chunk size * (chunk mean - mean)^2) (one stage-2 kernel)."""
+    splits = _splits_for(mean)
     if splits == 1:
-        return TensorBox(red)
-    return split(red, splits)
+        return TensorBox(mean), TensorBox(m2)
+    size, acc, n = list(mean.size), mean.acc_dtype, sympy.Integer(splits)
+    rnumel = functools.reduce(operator.mul, [sympy.Integer(int(s)) for s in mean.reduction_ranges], sympy.Integer(1))
+    means, m2s = _partials(mean, splits), _partials(m2, splits)
+    total = TensorBox(Reduction(size, [n], "sum", acc, acc, mean.device,
+                                lambda idx, ridx: means([ridx[0]] + list(idx))))
+    mean_of = TensorBox(Pointwise(size, acc, mean.device, lambda idx, ld=total.make_loader(): ir.Op(
+        "truediv", (ld(idx), ir.Constant(float(splits), acc)), acc)))
+    mean_ld = mean_of.make_loader()
+    chunk = ir.Constant(float(rnumel // splits), acc)
+
+    def m2_term(idx, ridx):
+        dev = ir.Op("sub", (means([ridx[0]] + list(idx)), mean_ld(idx)), acc)
+        spread = ir.Op("mul", (chunk, ir.Op("mul", (dev, dev), acc)), acc)
+        return ir.Op("add", (m2s([ridx[0]] + list(idx)), spread), acc)
+
+    m2_total = TensorBox(Reduction(size, [n], "sum", acc, acc, mean.device, m2_term))
+    return (TensorBox(Pointwise(size, mean.dtype, mean.device, lambda idx, ld=mean_ld: cast(ld(idx), mean.dtype))),
+            TensorBox(Pointwise(size, m2.dtype, m2.device,
+                                lambda idx, ld=m2_total.make_loader(): cast(ld(idx), m2.dtype))))
 
 
-def split(red: Reduction, splits: int) -> TensorBox:
-    """The two-stage form of ``red`` with ``splits`` chunks (``splits`` divides the
-    reduction's numel): ``[splits, *size]`` partials in the accumulator dtype, then the
-    reduction of those over dim 0 into ``red.dtype``."""
+def _partials(red: Reduction, splits: int) -> Callable:
+    """The loader of ``[splits, *size]`` partial results of ``red`` (its reduction type,
+    in its accumulator dtype) over ``splits`` equal chunks of its rows; realizes them."""
     rranges = [sympy.Integer(int(s)) for s in red.reduction_ranges]
-    rnumel = functools.reduce(operator.mul, rranges, sympy.Integer(1))
-    chunk = rnumel // splits
+    chunk = functools.reduce(operator.mul, rranges, sympy.Integer(1)) // splits
     inner = red.inner_fn
 
     def partial_fn(idx, ridx):
         flat = idx[0] * chunk + ridx[0]
         return inner(list(idx[1:]), ir.split_flat_index(flat, rranges) if len(rranges) > 1 else [flat])
 
-    size = list(red.size)
-    partial = TensorBox(Reduction([sympy.Integer(splits)] + size, [chunk], red.reduction_type, red.acc_dtype,
-                                  red.acc_dtype, red.device, partial_fn))
-    load = partial.make_loader()  # realizes the partials
-    return TensorBox(Reduction(size, [sympy.Integer(splits)], red.reduction_type, red.dtype, red.acc_dtype,
+    return TensorBox(Reduction([sympy.Integer(splits)] + list(red.size), [chunk], red.reduction_type, red.acc_dtype,
+                               red.acc_dtype, red.device, partial_fn)).make_loader()
+
+
+def split(red: Reduction, splits: int) -> TensorBox:
+    """The two-stage form of ``red`` with ``splits`` chunks (``splits`` divides the
+    reduction's numel): ``[splits, *size]`` partials in the accumulator dtype, then the
+    reduction of those over dim 0 into ``red.dtype``."""
+    load = _partials(red, splits)
+    return TensorBox(Reduction(list(red.size), [sympy.Integer(splits)], red.reduction_type, red.dtype, red.acc_dtype,
                                red.device, lambda idx, ridx: load([ridx[0]] + list(idx))))
