@@ -53,7 +53,7 @@ def test_warm_up_record_replay_and_copy_in(simulated):
         return (x * 2 + w,)
 
     w, x = torch.nn.Parameter(torch.randn(4), requires_grad=False), torch.randn(4)
-    r = cudagraphs.CUDAGraphRunner(compiled, _gm(compiled, w, x), [w, x], copy_outputs=False)
+    r = cudagraphs.CUDAGraphRunner(compiled, _gm(compiled, w, x), [w, x], training=False)
     torch.testing.assert_close(r(w, x)[0], x * 2 + w)          # warm-up: runs as compiled
     assert not r.recordings
     out = r(w, torch.ones(4))                                    # recorded and replayed
@@ -74,7 +74,7 @@ def test_new_shape_records_again_and_moved_static_input(simulated):
         return (a + b,)
 
     a, b = torch.randn(3), torch.randn(3)
-    r = cudagraphs.CUDAGraphRunner(compiled, _gm(compiled, a, b), [a, b], copy_outputs=True)
+    r = cudagraphs.CUDAGraphRunner(compiled, _gm(compiled, a, b), [a, b], training=True)
     r(a, b)
     r(a, b)
     assert len(r.recordings) == 1 and r.recordings[(a.shape, b.shape)].static == [0, 1]
@@ -86,8 +86,10 @@ def test_new_shape_records_again_and_moved_static_input(simulated):
     torch.testing.assert_close(r(c, d)[0], c + d)
     assert len(r.recordings) == 2
     first = r(c, d)[0]
-    second = r(c, d)[0]
-    assert first is not second                                   # training graphs return copies
+    assert r.live_fallbacks == 0
+    second = r(c, d)[0]                                          # `first` is alive: runs without the recording
+    assert r.live_fallbacks == 1 and first.data_ptr() != second.data_ptr()
+    torch.testing.assert_close(first, c + d)
 
 
 def test_fallback_reasons(simulated):
@@ -97,7 +99,7 @@ def test_fallback_reasons(simulated):
 
     a, b = torch.randn(3), torch.randn(3)
     before = counters["inductor"]["cudagraph_skips"]
-    r = cudagraphs.CUDAGraphRunner(mutate, _gm(mutate, a.clone(), b), [a, b], copy_outputs=False)
+    r = cudagraphs.CUDAGraphRunner(mutate, _gm(mutate, a.clone(), b), [a, b], training=False)
     assert r.mutated == {0}
     r(a, b)
     r(a.clone(), b)                                              # the mutated input is not static: no recording
@@ -111,7 +113,50 @@ def test_fallback_reasons(simulated):
     assert "synchronizes" in cudagraphs.graph_skip_reason(_gm(sync, x), [x])
 
 
-def test_training_graphs_not_recorded_by_default():
+def test_training_replays_only_over_dead_outputs(simulated):
+    """A training recording's outputs are new tensors over its static memory; a replay
+    waits until nothing uses them: saved tensors kept by autograd, a .grad, a view."""
+    def fwd(w, x):
+        return (x * w, x + 1)
+
+    w, x = torch.nn.Parameter(torch.randn(4), requires_grad=False), torch.randn(4)
+    r = cudagraphs.CUDAGraphRunner(fwd, _gm(fwd, w, x), [w, x], training=True)
+    r(w, x)
+    r(w, x)                                                      # recorded
+    before = counters["inductor"]["cudagraph_live_outputs"]
+    outs = [r(w, x * k) for k in (2.0, 3.0)]                     # the first call's outputs are alive
+    assert r.live_fallbacks == 1 and counters["inductor"]["cudagraph_live_outputs"] == before + 1
+    torch.testing.assert_close(outs[0][0], 2 * x * w)            # not overwritten by the second call
+    torch.testing.assert_close(outs[1][0], 3 * x * w)
+    del outs
+    kept = r(w, x)[1][1:]                                        # a view of an output keeps it alive
+    r(w, x)
+    assert r.live_fallbacks == 2
+    torch.testing.assert_close(kept, (x + 1)[1:])
+    del kept
+    out = r(w, x * 5)
+    assert r.live_fallbacks == 2                                 # replayed
+    torch.testing.assert_close(out[0], 5 * x * w)
+
+
+def test_training_placeholder_watched(simulated):
+    """An output that is a copied-in input (a saved input) is overwritten by the next
+    copy-in: it is watched as well."""
+    def fwd(w, x):
+        return (x, x * w)
+
+    w = torch.nn.Parameter(torch.randn(4), requires_grad=False)
+    r = cudagraphs.CUDAGraphRunner(fwd, _gm(fwd, w, torch.randn(4)), [w, torch.randn(4)], training=True)
+    for _ in range(3):                                           # x moves: recorded on the third call
+        r(w, torch.randn(4))
+    assert r.recordings
+    x1 = torch.randn(4)
+    saved = r(w, x1)[0]
+    r(w, torch.randn(4))
+    torch.testing.assert_close(saved, x1)
+
+
+def test_training_graphs_recorded_unless_configured_off():
     from torchkiln.codegen import config
 
     def inner(gm, example_inputs):
@@ -122,10 +167,10 @@ def test_training_graphs_not_recorded_by_default():
 
     x = torch.randn(2)
     gm = _gm(f, x)
-    assert cudagraphs.CUDAGraphCompiler(inner, copy_outputs=True)(gm, [x]) is gm
-    with config.patch(cudagraphs_training=True):
-        assert isinstance(cudagraphs.CUDAGraphCompiler(inner, copy_outputs=True)(gm, [x]), cudagraphs.CUDAGraphRunner)
-    assert isinstance(cudagraphs.CUDAGraphCompiler(inner, copy_outputs=False)(gm, [x]), cudagraphs.CUDAGraphRunner)
+    assert isinstance(cudagraphs.CUDAGraphCompiler(inner, training=True)(gm, [x]), cudagraphs.CUDAGraphRunner)
+    with config.patch(cudagraphs_training=False):
+        assert cudagraphs.CUDAGraphCompiler(inner, training=True)(gm, [x]) is gm
+    assert isinstance(cudagraphs.CUDAGraphCompiler(inner, training=False)(gm, [x]), cudagraphs.CUDAGraphRunner)
 
 
 def test_cpu_inputs_skip_recording():
@@ -133,7 +178,7 @@ def test_cpu_inputs_skip_recording():
         return (x + 1,)
 
     x = torch.randn(2)
-    r = cudagraphs.CUDAGraphRunner(f, _gm(f, x), [x], copy_outputs=False)
+    r = cudagraphs.CUDAGraphRunner(f, _gm(f, x), [x], training=False)
     assert r.skip_reason == "an input on cpu"
     torch.testing.assert_close(r(x)[0], x + 1)
 
@@ -199,6 +244,58 @@ def _train_and_compare():
         torchkiln.cudagraph_mark_step_begin()
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p, q, atol=1e-4, rtol=1e-4)
+
+
+def _mlp_pair():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                                torch.nn.Linear(32, 4)).cuda()
+    ref = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                              torch.nn.Linear(32, 4)).cuda()
+    ref.load_state_dict(model.state_dict())
+    return model, ref
+
+
+@cuda
+def test_reduce_overhead_training_replays_on_gpu():
+    """The usual loop (zero_grad(set_to_none), forward, backward, step) replays both
+    recordings every step after warm-up; the results match eager's."""
+    torchkiln.reset()
+    model, ref = _mlp_pair()
+    cm = torchkiln.compile(model, mode="reduce-overhead")
+    opt, ref_opt = torch.optim.AdamW(model.parameters(), lr=0.01), torch.optim.AdamW(ref.parameters(), lr=0.01)
+    x = torch.randn(8, 16, device="cuda")
+    live = None
+    for step in range(8):
+        if step == 4:
+            live = counters["inductor"]["cudagraph_live_outputs"]
+        for m, o in ((cm, opt), (ref, ref_opt)):
+            o.zero_grad(set_to_none=True)
+            m(x).square().mean().backward()
+            o.step()
+    assert counters["inductor"]["cudagraph_live_outputs"] == live  # nothing kept the outputs alive
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-4, rtol=1e-4)
+
+
+@cuda
+def test_reduce_overhead_training_live_outputs_on_gpu():
+    """Two forwards before one backward, gradients accumulated across steps without
+    zero_grad, an output kept: never overwritten, the gradients match eager's."""
+    torchkiln.reset()
+    model, ref = _mlp_pair()
+    cm = torchkiln.compile(model, mode="reduce-overhead")
+    kept, ref_kept = [], []
+    for step in range(6):
+        xs = [torch.randn(8, 16, device="cuda") for _ in range(2)]
+        for m, keep in ((cm, kept), (ref, ref_kept)):
+            outs = [m(x) for x in xs]                               # the first forward's saved tensors are alive
+            keep.append(outs[0])
+            sum(o.square().mean() for o in outs).backward()         # .grad accumulates across steps
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
+    for a, b in zip(kept, ref_kept):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
 @cuda

@@ -416,9 +416,9 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None
         if cudagraphs:
             from .cudagraphs import CUDAGraphCompiler
 
-            compilers = {"fw_compiler": CUDAGraphCompiler(compile_fx_inner, copy_outputs=True),
-                         "bw_compiler": CUDAGraphCompiler(compile_fx_inner, copy_outputs=True),
-                         "inference_compiler": CUDAGraphCompiler(frozen or compile_fx_inner, copy_outputs=False)}
+            compilers = {"fw_compiler": CUDAGraphCompiler(compile_fx_inner, training=True),
+                         "bw_compiler": CUDAGraphCompiler(compile_fx_inner, training=True),
+                         "inference_compiler": CUDAGraphCompiler(frozen or compile_fx_inner, training=False)}
         compiled = aot_module_simplified(gm, example_inputs, decompositions=decompositions(), **compilers)
         if frozen is not None or cudagraphs:  # frame_cache.load rebuilds the default compilers only
             compiled.aot_cache_key = None

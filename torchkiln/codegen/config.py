@@ -54,11 +54,10 @@ config = Config(
     # norm folded into convolutions, conv weights prepacked (codegen/freezing.py); changes
     # to them after compiling are not seen.  Off by default, as torch._inductor.config.freezing.
     freezing=False,
-    # mode="reduce-overhead" also records training graphs (forward and backward).  Off:
-    # their outputs are kept by autograd across steps, so a recording returns copies,
-    # which cost more than the launches saved (H100, nanogpt training: 37.7 ms recorded
-    # vs 35.8 ms not); they run without CUDA graphs (a perf_hints reason).
-    cudagraphs_training=False,
+    # mode="reduce-overhead" also records training graphs (forward and backward), whose
+    # outputs (saved tensors, gradients) are replayed over only once nothing uses them
+    # (codegen/cudagraphs.py); off: they run without CUDA graphs (a perf_hints reason).
+    cudagraphs_training=True,
     # On CUDA, a reduction with few outputs and long rows (bias and norm-weight gradients,
     # batch-norm statistics, full sums) runs as two reductions, the first over chunks of
     # the rows (codegen/split_reduction.py); as torch._inductor.config.split_reductions.

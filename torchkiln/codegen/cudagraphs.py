@@ -9,12 +9,25 @@ call (a warm-up: kernels compile and bind, libraries initialize), records it int
   and the recording call, are read in place (a replay checks their address; a moved one
   re-records).  Every other tensor input is copied into a placeholder the graph reads.
 * **One memory pool per compiled graph** (``torch.cuda.graph_pool_handle``) shared by its
-  recordings; a new input signature records again (up to :data:`MAX_RECORDINGS`).
+  recordings (per recording for training graphs, whose outputs outlive the next
+  replay of another recording); a new input signature records again (up to
+  :data:`MAX_RECORDINGS`).
 * **Outputs**: an inference graph returns its static output tensors, overwritten by
-  the next replay, as torch.compile's (clone what you keep).  A training graph
-  (forward or backward: autograd keeps its outputs across steps) returns copies; it is
-  recorded only with ``codegen.config.cudagraphs_training`` (the copies cost more than
-  the launches saved on the suite's models).
+  the next replay, as torch.compile's (clone what you keep).  A training graph (forward
+  or backward) returns new tensors over the static outputs' memory: autograd saves a
+  forward's outputs until the backward, and a backward's gradients become ``.grad``.
+  Before each replay the runner checks that nothing outside it still uses that memory
+  (the storages' use counts are back to what the runner itself holds: the outputs of
+  the last replay, the tensors saved for the backward, ``.grad``s from it are gone);
+  if something does (two forwards before a backward, gradients accumulated across
+  steps, an output kept by the user), this call runs as compiled, not recorded, and
+  ``counters["inductor"]["cudagraph_live_outputs"]`` counts it.  TorchInductor's
+  cudagraph trees check the same liveness.  ``codegen.config.cudagraphs_training``
+  (default on) records training graphs at all.
+* **Warm-up**: a signature records on its second call; a training graph's on its third
+  when a tensor input that is not a parameter moved between the first two (a
+  backward's saved tensors come from the forward's warm-up first, from its recording
+  after), so that inputs stable from then on are read in place.
 * **Fallback**: a graph that cannot be recorded runs as compiled, with the reason
   logged once (``TORCHKILN_LOGS=perf_hints``) and counted in
   ``counters["inductor"]["cudagraph_skips"]``: tensors off the GPU, ops that
@@ -22,8 +35,7 @@ call (a warm-up: kernels compile and bind, libraries initialize), records it int
   signatures, or an error while recording.
 
 Mirrors ``torch._inductor.cudagraph_trees`` without its trees: each compiled graph owns
-its recordings, so no liveness of earlier outputs is tracked (see
-:func:`cudagraph_mark_step_begin`).
+its recordings and pool (see :func:`cudagraph_mark_step_begin`).
 """
 from __future__ import annotations
 
@@ -60,9 +72,10 @@ def _new_pool():
 def cudagraph_mark_step_begin() -> None:
     """Mark the start of a new step (``torch.compiler.cudagraph_mark_step_begin``).
 
-    torchkiln's recordings never hold a training graph's outputs across steps (they are
-    copies), and an inference graph's outputs are overwritten by its next replay in any
-    case, so this only counts steps; it exists so code written for torch.compile runs."""
+    torchkiln checks before each replay of a training graph that its earlier outputs are
+    no longer used, and an inference graph's outputs are overwritten by its next replay
+    in any case, so this only counts steps; it exists so code written for torch.compile
+    runs."""
     _generation[0] += 1
 
 
@@ -98,11 +111,35 @@ def _mutated_inputs(gm: torch.fx.GraphModule) -> set:
     return out
 
 
+def _storage_id(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+def _use_count(storage_id: int) -> int:
+    return torch._C._storage_Use_Count(storage_id)
+
+
 class _Recording:
-    __slots__ = ("graph", "static", "ptrs", "copies", "outputs")
+    __slots__ = ("graph", "static", "ptrs", "copies", "outputs", "watch")
 
     def __init__(self, graph, static, ptrs, copies, outputs) -> None:
         self.graph, self.static, self.ptrs, self.copies, self.outputs = graph, static, ptrs, copies, outputs
+        self.watch: dict = {}  # storage of an output or a placeholder -> its use count held by the runner
+
+    def watch_outputs(self, args) -> None:
+        """Remember the use counts of the output and placeholder storages a replay
+        overwrites (not those of static inputs: a replay writes them only as the graph
+        does), while the runner holds the only references."""
+        static = {_storage_id(args[i]) for i in self.static}
+        for t in list(self.outputs) + [dst for _, dst in self.copies]:
+            if isinstance(t, torch.Tensor) and _storage_id(t) not in static:
+                self.watch[_storage_id(t)] = 0
+        for sid in self.watch:
+            self.watch[sid] = _use_count(sid)
+
+    def in_use(self) -> bool:
+        """Whether a tensor outside the runner still uses memory the next replay writes."""
+        return any(_use_count(sid) > n for sid, n in self.watch.items())
 
 
 class CUDAGraphRunner:
@@ -110,17 +147,20 @@ class CUDAGraphRunner:
 
     ``compiled`` takes the graph's inputs positionally and returns a tuple; ``gm`` and
     ``example_inputs`` are the graph it was compiled from (for the static checks);
-    ``copy_outputs``: return copies (training graphs) rather than the static outputs.
+    ``training``: a forward or backward graph, whose outputs are new tensors over the
+    static outputs' memory, replayed only when that memory is no longer in use.
     """
 
-    def __init__(self, compiled, gm, example_inputs, copy_outputs: bool) -> None:
+    def __init__(self, compiled, gm, example_inputs, training: bool) -> None:
         self.compiled = compiled
         self.cache_key = getattr(compiled, "cache_key", None)
-        self.copy_outputs = copy_outputs
+        self.training = training
         self.mutated = _mutated_inputs(gm)
         self.skip_reason = None
         self.pool = None
-        self.warm: dict = {}  # input signature -> input addresses of its warm-up call
+        self.warm: dict = {}  # input signature -> input addresses of its last warm-up call
+        self.warmups: dict = {}  # input signature -> warm-up calls so far
+        self.live_fallbacks = 0
         self.recordings: dict = {}
         self.records = 0
         reason = graph_skip_reason(gm, example_inputs)
@@ -139,6 +179,13 @@ class CUDAGraphRunner:
         sig = tuple(a.shape if isinstance(a, torch.Tensor) else a for a in args)
         rec = self.recordings.get(sig)
         if rec is not None:
+            if self.training and rec.in_use():  # an earlier replay's outputs are still used
+                self.live_fallbacks += 1
+                counters["inductor"]["cudagraph_live_outputs"] += 1
+                if self.live_fallbacks == 1:
+                    perf_hints.info("cudagraphs: outputs of an earlier replay are still in use; running the graph "
+                                    "without its recording while they are")
+                return self.compiled(*args)
             for i, ptr in zip(rec.static, rec.ptrs):
                 if args[i].data_ptr() != ptr:  # a static input moved: record again without it
                     return self._record(sig, args, [j for j in rec.static if j != i])
@@ -151,15 +198,21 @@ class CUDAGraphRunner:
             if any(isinstance(a, torch.Tensor) and a.device.type != DEVICE for a in args):
                 self._skip("an input off the GPU")
             else:  # warm-up: compiles and binds kernels, initializes libraries
-                self.warm[sig] = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
+                self.warm[sig] = _addresses(args)
+                self.warmups[sig] = 1
             return self.compiled(*args)
         static = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
                   and (isinstance(a, torch.nn.Parameter) or a.data_ptr() == before[i])]
+        moved = sum(isinstance(a, torch.Tensor) for a in args) - len(static)
+        if self.training and moved and self.warmups[sig] < 2:  # one more warm-up: inputs stable from now on are static
+            self.warm[sig] = _addresses(args)
+            self.warmups[sig] += 1
+            return self.compiled(*args)
         return self._record(sig, args, static)
 
     def _outputs(self, rec: _Recording):
-        if self.copy_outputs:
-            return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in rec.outputs)
+        if self.training:  # new tensors over the static memory: their use counts show liveness
+            return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in rec.outputs)
         return rec.outputs
 
     def _record(self, sig, args, static: list):
@@ -172,7 +225,9 @@ class CUDAGraphRunner:
         if self.mutated.intersection(copied):
             self._skip("the graph mutates an input that is not static")
             return self.compiled(*args)
-        if self.pool is None:
+        if self.pool is None or self.training:
+            # a training recording's outputs live until the backward: no other recording
+            # may reuse its memory, so each has its own pool
             self.pool = _new_pool()
         inputs = list(args)
         copies = []
@@ -191,9 +246,16 @@ class CUDAGraphRunner:
             self._skip(f"recording failed: {type(e).__name__}: {str(e)[:200]}")
             return self.compiled(*args)
         rec = _Recording(graph, static, [args[i].data_ptr() for i in static], copies, tuple(outputs))
+        del outputs
+        if self.training:
+            rec.watch_outputs(args)
         self.recordings[sig] = rec
         graph.replay()
         return self._outputs(rec)
+
+
+def _addresses(args) -> list:
+    return [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
 
 
 class CUDAGraphCompiler:
@@ -202,16 +264,16 @@ class CUDAGraphCompiler:
     autograd's cache is bypassed (a loaded graph would lack the FX graph the runner
     checks); ``inner``'s FX graph cache still serves the compiles."""
 
-    def __init__(self, inner, copy_outputs: bool) -> None:
+    def __init__(self, inner, training: bool) -> None:
         self.inner = inner
-        self.copy_outputs = copy_outputs
+        self.training = training
 
     def __call__(self, gm, example_inputs, **kwargs):
         from . import config
 
         compiled = self.inner(gm, example_inputs, **kwargs)
-        if self.copy_outputs and not config.cudagraphs_training:
+        if self.training and not config.cudagraphs_training:
             counters["inductor"]["cudagraph_skips"] += 1
             perf_hints.info("skipping cudagraphs: a training graph (codegen.config.cudagraphs_training is off)")
             return compiled
-        return CUDAGraphRunner(compiled, gm, example_inputs, self.copy_outputs)
+        return CUDAGraphRunner(compiled, gm, example_inputs, self.training)
