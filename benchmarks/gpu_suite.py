@@ -2,7 +2,7 @@
 
     python3 benchmarks/gpu_suite.py --out DIR [--models a,b] [--modes inference,training]
         [-j 3] [--budget 540] [--timeout 300] [--repeat 20] [--compile-mode MODE]
-        [--profile-above 1.05]                                    (DEV=cpu: a smoke run)
+        [--profile-above 1.05] [--jobs JSON]                      (DEV=cpu: a smoke run)
 
 `torchkiln bench --device cuda --peer` runs every row's cold and warm processes one after
 the other: the whole suite takes longer than one device call.  This driver runs only
@@ -149,8 +149,9 @@ def _signal_tree(pid: int, sig: int) -> None:
 
 
 class _Job:
-    def __init__(self, model, mode, args, tmp):
-        self.model, self.mode = model, mode
+    def __init__(self, model, mode, args, tmp, tag="", env=None, compile_mode=None):
+        self.model, self.mode, self.tag, self.env = model, mode, tag, env or {}
+        self.compile_mode = compile_mode if compile_mode is not None else args.compile_mode
         self.dir = tempfile.mkdtemp(prefix=f"{model}-{mode}-", dir=tmp)
         self.out = os.path.join(self.dir, "row.json")
         self.log = os.path.join(self.dir, "log.txt")
@@ -162,8 +163,9 @@ class _Job:
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
         spec = {"model": self.model, "mode": self.mode, "out": self.out, "repeat": args.repeat,
-                "warmup": args.warmup, "compile_mode": args.compile_mode, "profile_above": args.profile_above}
-        env = dict(os.environ, TORCHKILN_CACHE_DIR=os.path.join(self.dir, "torchkiln"),
+                "warmup": args.warmup, "compile_mode": self.compile_mode, "profile_above": args.profile_above}
+        env = dict(os.environ, **self.env)
+        env.update(TORCHKILN_CACHE_DIR=os.path.join(self.dir, "torchkiln"),
                    TORCHINDUCTOR_CACHE_DIR=os.path.join(self.dir, "inductor"),
                    TRITON_CACHE_DIR=os.path.join(self.dir, "triton"), DEV=DEV)
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec), str(p2c_r), str(c2p_w)]
@@ -183,8 +185,9 @@ class _Job:
         except (OSError, ValueError):
             with open(self.log, errors="replace") as f:
                 tail = [line for line in f.read().splitlines() if line.strip()][-3:]
-            return {"model": self.model, "mode": self.mode, "status": "error",
+            return {"model": self.model, "mode": self.mode, "tag": self.tag, "status": "error",
                     "error": f"{status_if_missing}: {' | '.join(tail)[-300:]}"}
+        row["tag"] = self.tag
         for prefix, (t0, t1) in row.pop("first_call_intervals", {}).items():
             stopped = sum(max(0.0, min(t1, e) - max(t0, s)) for s, e in self.paused)
             if f"{prefix}compile_cold_s" in row:
@@ -199,19 +202,19 @@ def _geomean(values):
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'model':<11}{'mode':<10}{'status':<9}{'eager ms':>9}{'kiln ms':>9}{'peer ms':>9}"
+    head = (f"{'tag':<8}{'model':<11}{'mode':<10}{'status':<9}{'eager ms':>9}{'kiln ms':>9}{'peer ms':>9}"
             f"{'kiln/peer':>10}{'x eager':>8}{'cold kiln s':>12}{'cold peer s':>12}  note")
     lines = [head]
     for r in rows:
         ratio = r["ms"] / r["peer_ms"] if r.get("ms") and r.get("peer_ms") else float("nan")
         note = r.get("error") or r.get("peer_error") or r.get("note") or ""
-        lines.append(f"{r['model']:<11}{r['mode']:<10}{r.get('status', '?'):<9}{r.get('eager_ms', math.nan):9.2f}"
+        lines.append(f"{r.get('tag', ''):<8}{r['model']:<11}{r['mode']:<10}{r.get('status', '?'):<9}{r.get('eager_ms', math.nan):9.2f}"
                      f"{r.get('ms', math.nan):9.2f}{r.get('peer_ms', math.nan):9.2f}{ratio:10.3f}"
                      f"{r.get('speedup', math.nan):8.2f}{r.get('compile_cold_s', math.nan):12.1f}"
                      f"{r.get('peer_compile_cold_s', math.nan):12.1f}  {str(note)[:90]}")
-    for mode in ("inference", "training"):
-        ok = [r for r in rows if r["mode"] == mode and r.get("ms") and r.get("peer_ms")]
-        lines.append(f"geomean {mode}: kiln/peer {_geomean([r['ms'] / r['peer_ms'] for r in ok]):.3f}, "
+    for tag, mode in sorted({(r.get("tag", ""), r["mode"]) for r in rows}):
+        ok = [r for r in rows if r["mode"] == mode and r.get("tag", "") == tag and r.get("ms") and r.get("peer_ms")]
+        lines.append(f"geomean {tag} {mode}: kiln/peer {_geomean([r['ms'] / r['peer_ms'] for r in ok]):.3f}, "
                      f"kiln x eager {_geomean([r['eager_ms'] / r['ms'] for r in ok]):.3f}, "
                      f"peer x eager {_geomean([r['eager_ms'] / r['peer_ms'] for r in ok]):.3f}, "
                      f"cold kiln/peer {_geomean([r['compile_cold_s'] / r['peer_compile_cold_s'] for r in ok if r.get('peer_compile_cold_s')]):.3f}"
@@ -232,6 +235,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--compile-mode", default=None)
     ap.add_argument("--profile-above", type=float, default=1.05)
+    ap.add_argument("--jobs", help="a JSON list of rows instead of --models/--modes: {model, mode, tag, env, "
+                                   "compile_mode}; env (e.g. PYTHONPATH, a config switch) is the row's process's")
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -242,7 +247,11 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="gpu_suite-")
     models = args.models.split(",")
     models.sort(key=lambda m: _ORDER.index(m) if m in _ORDER else len(_ORDER))
-    todo = [_Job(m, mode, args, tmp) for m in models for mode in args.modes.split(",")]
+    if args.jobs:
+        todo = [_Job(j["model"], j["mode"], args, tmp, j.get("tag", ""), j.get("env"), j.get("compile_mode"))
+                for j in json.loads(args.jobs)]
+    else:
+        todo = [_Job(m, mode, args, tmp) for m in models for mode in args.modes.split(",")]
     running: list[_Job] = []
     waiting: list[_Job] = []  # asked for the machine
     timing: _Job | None = None
@@ -255,12 +264,12 @@ def main(argv=None) -> int:
             f.write(json.dumps({k: v for k, v in row.items() if k != "kernel_table"}) + "\n")
         if row.get("kernel_table"):
             with open(os.path.join(args.out, "profiles.txt"), "a") as f:
-                f.write(f"# {row['model']} {row['mode']}: kiln {row.get('ms', 0):.3f} / peer "
+                f.write(f"# {job.tag} {row['model']} {row['mode']}: kiln {row.get('ms', 0):.3f} / peer "
                         f"{row.get('peer_ms', 0):.3f} / eager {row.get('eager_ms', 0):.3f} ms\n{row['kernel_table']}\n")
         if row.get("status") != "ok":
             with open(job.log, errors="replace") as f, open(os.path.join(args.out, "errors.txt"), "a") as g:
                 g.write(f"# {job.model} {job.mode}: {row.get('error', '')}\n{f.read()[-3000:]}\n")
-        print(f"[{time.time() - t_start:6.0f}s] {job.model} {job.mode}: {row.get('status')} kiln "
+        print(f"[{time.time() - t_start:6.0f}s] {job.tag} {job.model} {job.mode}: {row.get('status')} kiln "
               f"{row.get('ms', math.nan):.2f} peer {row.get('peer_ms', math.nan):.2f} eager "
               f"{row.get('eager_ms', math.nan):.2f} ms, cold {row.get('compile_cold_s', math.nan):.1f} / "
               f"{row.get('peer_compile_cold_s', math.nan):.1f} s {row.get('error', '')[:80]}", flush=True)
@@ -297,7 +306,8 @@ def main(argv=None) -> int:
                 kill(job)
                 finish(job, "timeout (budget)")
             for job in todo:
-                rows.append({"model": job.model, "mode": job.mode, "status": "not run", "error": "budget"})
+                rows.append({"model": job.model, "mode": job.mode, "tag": job.tag, "status": "not run",
+                             "error": "budget"})
             break
         while todo and len(running) < args.j and timing is None:
             job = todo.pop(0)
@@ -331,7 +341,7 @@ def main(argv=None) -> int:
                     waiting.remove(job)
                 running.remove(job)
                 finish(job, f"timeout after {args.timeout:.0f} s")
-    rows.sort(key=lambda r: (r["mode"], _ORDER.index(r["model"]) if r["model"] in _ORDER else 99))
+    rows.sort(key=lambda r: (r.get("tag", ""), r["mode"], _ORDER.index(r["model"]) if r["model"] in _ORDER else 99))
     text = table(rows) + f"\nwall {time.time() - t_start:.0f} s, -j {args.j}"
     print(text)
     with open(os.path.join(args.out, "suite.txt"), "w") as f:

@@ -113,3 +113,35 @@ def test_split_batch_norm_training(monkeypatch):
     assert same(got, [ref.detach(), ref_bn.bias.grad, ref_bn.weight.grad, x.grad, ref_bn.running_var,
                       ref_bn.running_mean], tol=1e-4)
     assert len(calls) >= 3  # mean, M2 and the backward's sums
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_split_conv_batch_norm_training(backend, monkeypatch):
+    """conv -> batch norm -> relu, trained: split statistics over a convolution's output
+    (channels-last on CPU with oneDNN, as on CUDA with codegen.config.layout_optimization_cuda)."""
+    calls = _spy(monkeypatch)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if backend == "triton" and device == "cpu":
+        pytest.importorskip("triton")
+        from torchkiln.codegen.triton.generator import interpreter_active
+
+        if not interpreter_active():
+            pytest.skip("needs TRITON_INTERPRET=1")
+        monkeypatch.setattr(torchkiln.codegen.config, "cpu_backend", "triton")
+    elif backend == "triton":
+        pytest.skip("CUDA runs Triton in the cpp case")
+    monkeypatch.setattr(torchkiln.codegen.config, "layout_optimization_cuda", True)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).to(device)
+    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).to(device)
+    ref.load_state_dict(net.state_dict())
+    x = torch.randn(16, 3, 16, 16, device=device)
+    w = torch.randn(16, 8, 16, 16, device=device)
+    torchkiln.reset()
+    out = torchkiln.compile(lambda x: (net(x) * w).sum())(x)
+    out.backward()
+    ref_out = (ref(x) * w).sum()
+    ref_out.backward()
+    assert same([out.detach()] + [p.grad for p in net.parameters()] + list(net.buffers()),
+                [ref_out.detach()] + [p.grad for p in ref.parameters()] + list(ref.buffers()), tol=1e-3)
+    assert calls
