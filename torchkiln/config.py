@@ -127,4 +127,7 @@ config = Config(
     # it the frame runs eagerly (an enormous loop is not traced for minutes)
     trace_step_limit=300_000,
     optimize_ddp=True,
+    # nn.RNN/GRU/LSTM modules on CUDA are a graph break (they run eagerly on cuDNN's
+    # fused kernel), as torch._dynamo.config.allow_rnn=False; on CPU they are captured
+    allow_rnn=False,
 )

@@ -14,6 +14,7 @@ import types
 
 import torch
 
+from ...config import config
 from ..source import attr_source, item_source
 from .base import ConstantVariable, MethodVariable, VariableTracker, unsupported
 from .user_defined import _MISSING, generic_getattr, mro_lookup
@@ -111,6 +112,11 @@ class NNModuleVariable(VariableTracker):
 
         mod = self.value
         nn_mod = torch.nn.modules.module
+        if isinstance(mod, torch.nn.RNNBase) and not config.allow_rnn and \
+                any(p.is_cuda for p in mod.parameters(recurse=False)):
+            # as torch.compile (allow_rnn=False): the cell loop the lowering would unroll is
+            # 2.6x slower than cuDNN's fused RNN kernel (H100, bench lstm training)
+            unsupported("nn.RNN/GRU/LSTM on CUDA runs eagerly on cuDNN's kernel (config.allow_rnn=False)")
         if (nn_mod._global_forward_hooks or nn_mod._global_forward_pre_hooks or
                 getattr(nn_mod, "_global_forward_hooks_always_called", None)):
             unsupported("global nn.Module forward hooks")
