@@ -189,7 +189,7 @@ class _Job:
                     "error": f"{status_if_missing}: {' | '.join(tail)[-300:]}"}
         row["tag"] = self.tag
         for prefix, (t0, t1) in row.pop("first_call_intervals", {}).items():
-            stopped = sum(max(0.0, min(t1, e) - max(t0, s)) for s, e in self.paused)
+            stopped = sum(max(0.0, min(t1, e or time.time()) - max(t0, s)) for s, e in self.paused)
             if f"{prefix}compile_cold_s" in row:
                 row[f"{prefix}compile_stopped_s"] = stopped
                 row[f"{prefix}compile_cold_s"] -= stopped
