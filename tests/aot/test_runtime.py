@@ -269,3 +269,26 @@ def test_broadcast_scalar_tangent_reaches_a_backward_compiled_for_it(fn, special
         assert len(bw.graphs) == 2 and strides[1] == [(0, 0)], strides
     else:
         assert len(bw.graphs) == 1, strides
+
+
+def test_dead_functorch_wrapper_argument_is_unwrapped():
+    # the runtime calls the C Function.apply itself (runtime.function_apply): a tensor
+    # that outlived its functorch transform still gives eager's values and gradients
+    leaked = []
+
+    def f(x):
+        leaked.append(x)
+        return x.sin().sum()
+
+    torch.func.grad(f)(torch.randn(2, 4))
+    x = leaked[0]
+    assert torch._C._functorch.is_functorch_wrapped_tensor(x)
+    w = torch.nn.Parameter(torch.randn(4, 3))
+    g = aot_function(lambda x, w: (x @ w).relu().sum(), nop, nop)
+    out = g(x, w)
+    out.backward()
+    ref_w = w.detach().clone().requires_grad_()
+    ref = (torch._C._functorch.unwrap_if_dead(x) @ ref_w).relu().sum()
+    ref.backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(w.grad, ref_w.grad)

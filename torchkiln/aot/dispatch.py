@@ -22,7 +22,7 @@ from . import autograd_cache
 from .analysis import ViewAndMutationMeta, run_analysis
 from .broadcast_tangents import broadcast_positions, with_broadcast_tangents
 from .config import config
-from .runtime import call_compiled, finish_call, make_autograd_function, nothing_to_finish
+from .runtime import call_compiled, finish_call, function_apply, make_autograd_function, nothing_to_finish
 # fakes, partitioners and tracing (ShapeEnv, sympy: ~1 s) are imported where a graph is
 # traced, not at import: a runtime loaded from the AOT autograd cache needs none of them
 
@@ -314,16 +314,17 @@ def _restride_saved(fw_gm, bw_gm, strides, num_fw_outs: int) -> None:
 
 def _autograd_wrapper(fn_cls, meta: ViewAndMutationMeta) -> Callable:
     returned = list(meta.mutated_inputs)
+    apply = function_apply(fn_cls)
     if nothing_to_finish(meta, returned):
         n_out = len(meta.outputs)
 
         def autograd_runtime(*args):
-            return list(fn_cls.apply(*args)[:n_out])
+            return list(apply(*args)[:n_out])
 
         return autograd_runtime
 
     def autograd_runtime(*args):
-        outs = list(fn_cls.apply(*args))
+        outs = list(apply(*args))
         return finish_call(list(args), outs, meta, returned)
 
     return autograd_runtime

@@ -35,6 +35,28 @@ def call_compiled(fn: Callable, args: list) -> list:
     return list(fn(*args))
 
 
+def function_apply(fn_cls: type) -> Callable:
+    """``fn_cls.apply`` for a compiled graph's ``autograd.Function``, without its Python
+    prologue on each call.  ``Function.apply`` (torch 2.11-2.15) passes every argument
+    through functorch's ``unwrap_if_dead`` (a functorch wrapper that outlived its
+    transform is unwrapped) and then calls the C ``_FunctionBase.apply``; that costs
+    ~0.3 us per argument, and a training forward passes every parameter.  A
+    ``Parameter`` is never such a wrapper (functorch wraps into plain tensors), so only
+    the other tensor arguments are unwrapped here; under an active functorch transform
+    the call goes through ``fn_cls.apply`` as before."""
+    c_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, fn_cls)
+    transforms_active = torch._C._are_functorch_transforms_active
+    unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+    parameter, tensor = torch.nn.Parameter, torch.Tensor
+
+    def apply(*args):
+        if transforms_active():
+            return fn_cls.apply(*args)
+        return c_apply(*[a if type(a) is parameter or not isinstance(a, tensor) else unwrap_if_dead(a) for a in args])
+
+    return apply
+
+
 class _NoDoubleBackward(torch.autograd.Function):
     """Runs the compiled backward; differentiating through it raises (as torch does)."""
 
