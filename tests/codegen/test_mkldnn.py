@@ -46,7 +46,17 @@ CASES = {
     "bias_2d": (lambda x, w, b: (aten.addmm(b, x, w.t()),), (torch.randn(6, 8), torch.randn(5, 8), torch.randn(6, 5)), False),
     "beta_alpha": (lambda x, w, b: (aten.addmm(b, x, w.t(), beta=0.5, alpha=2.0),),
                    (torch.randn(6, 8), torch.randn(5, 8), torch.randn(5)), False),
-    "weight_not_transposed": (lambda x, w: (x @ w,), (torch.randn(6, 8), torch.randn(8, 5)), False),
+    # a linear layer's input gradient: oneDNN reads the row-major [K, N] weight through w.t()
+    "weight_not_transposed": (lambda x, w: (x @ w,), (torch.randn(6, 8), torch.randn(8, 5)), True),
+    "weight_not_transposed_odd": (lambda x, w: (torch.relu(x) @ w,), (torch.randn(7, 9), torch.randn(9, 3)), True),
+    "weight_column": (lambda x, w: (x @ w,), (torch.randn(6, 8), torch.randn(8, 1)), False),
+    "weight_not_transposed_bias": (lambda x, w, b: (aten.addmm(b, x, w),),
+                                   (torch.randn(6, 8), torch.randn(8, 5), torch.randn(5)), True),
+    "weight_not_transposed_bias_2d": (lambda x, w, b: (aten.addmm(b, x, w),),
+                                      (torch.randn(6, 8), torch.randn(8, 5), torch.randn(6, 5)), False),
+    "weight_not_transposed_f64": (lambda x, w: (x @ w,), (torch.randn(6, 8, dtype=torch.float64),
+                                                          torch.randn(8, 5, dtype=torch.float64)), False),
+    "weight_grad": (lambda g, x: (g.t() @ x,), (torch.randn(6, 5), torch.randn(6, 8)), False),
     "x_transposed_input": (lambda x, w: (x.t() @ w.t(),), (torch.randn(8, 6), torch.randn(5, 8)), False),
     "float64": (lambda x, w, b: (torch.nn.functional.linear(x, w, b),),
                 (torch.randn(6, 8, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64),
@@ -83,6 +93,45 @@ def test_small_matmul_stays_on_aten():
         out, used = _run(compiled, args)
         assert used == expected
         torch.testing.assert_close(out[0], fn(*args)[0], atol=1e-4, rtol=1e-4)
+
+
+def test_symbolic_plain_weight_stays_on_aten():
+    """A row-major [K, N] weight with symbolic sizes (which may be 1 at run time) is
+    not read through ``w.t()`` by oneDNN."""
+    fn = lambda x, w: (x @ w,)  # noqa: E731
+    args = (torch.randn(6, 8), torch.randn(8, 5))
+    gm = make_fx(fn, decomposition_table=decompositions(), tracing_mode="symbolic")(*args)
+    with config.patch(debug=True, fx_graph_cache=False, mkldnn_linear_min_macs=0):
+        compiled = compile_fx_inner(gm, [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"])
+    placeholders = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    assert all(isinstance(v, torch.Tensor) for v in placeholders)
+    out, used = _run(compiled, list(args))
+    assert not used, compiled.source
+    torch.testing.assert_close(out[0], fn(*args)[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(3, 8, 16, 4), (5, 7, 9, 1), (2, 1, 6, 3)])
+def test_training_gradients_onednn(shape):
+    """Forward linears and the input-gradient ``mm(g, w)`` of the backward through
+    oneDNN (sizes forced over the threshold): gradients as eager's."""
+    import torchkiln
+
+    b, i, h, o = shape
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(i, h), torch.nn.GELU(), torch.nn.Linear(h, o))
+    x = torch.randn(b, i, requires_grad=True)
+    model(x).sum().backward()
+    ref = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    for p in model.parameters():
+        p.grad = None
+    x.grad = None
+    torchkiln.reset()
+    with config.patch(debug=True, fx_graph_cache=False, mkldnn_linear_min_macs=0), _Ops() as mode:
+        torchkiln.compile(model)(x).sum().backward()
+    got = [p.grad for p in model.parameters()] + [x.grad]
+    for a, r in zip(got, ref):
+        torch.testing.assert_close(a, r, atol=1e-5, rtol=1e-5)
+    assert torch.ops.mkldnn._linear_pointwise.default in mode.ops
 
 
 def test_training_gradients():
