@@ -303,10 +303,14 @@ def measure_model(name: str, mode: str, opts: Options, phase: str = "cold",
     row: dict[str, Any] = {"model": name, "mode": mode, "backend": opts.backend, "device": opts.device,
                            "threads": opts.threads, "status": "error"}
     variants = [("", compile_fn or torchkiln_compiler(opts.backend, opts.compile_mode), torchkiln_graphs)]
-    if opts.profile:  # generated kernels marked for the profiler (written into the wrapper)
+    if opts.profile:  # generated kernels timed (torchkiln's wrapper) or marked (the peer's)
         from torchkiln.codegen import config as codegen_config
 
         codegen_config.kernel_profile = True
+        if opts.peer:
+            import torch._inductor.config as peer_config
+
+            peer_config.cpp.enable_kernel_profile = True
     if opts.peer:
         variants.append(("peer_", peer_compiler(opts.compile_mode), peer_graphs))
     if only is not None:

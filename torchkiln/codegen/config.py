@@ -32,8 +32,8 @@ config = Config(
     # the kernels: out of range raises as in eager (IndexError/RuntimeError).  Read when
     # lowering; as torch._inductor.config.assert_indirect_indexing.
     assert_indirect_indexing=True,
-    # Each generated kernel launch runs inside torch.profiler.record_function("kiln_kernel:<name>")
-    # (read when the wrapper is written; `torchkiln bench --profile`); as torch's cpp.enable_kernel_profile.
+    # Each generated kernel launch adds its wall time to wrapper_runtime.kernel_time (read when
+    # the wrapper is written; `torchkiln bench --profile`); as torch's cpp.enable_kernel_profile.
     kernel_profile=False,
     # 2-d convolutions on CPU read and write channels-last, and the kernels between them
     # keep that layout (codegen/layout.py); as torch._inductor.config.layout_optimization.

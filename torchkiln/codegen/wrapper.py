@@ -206,7 +206,8 @@ class WrapperCodegen:
                         allocated.add(b.name)
                 launch = self.generator.call(e, e.call_args())
                 if config.kernel_profile:
-                    body += [f"with _kiln_record('kiln_kernel:{e.name}'):", "    " + launch]
+                    body += ["_kiln_t = _kiln_clock()", launch,
+                             "_kiln_kernel_time[0] += _kiln_clock() - _kiln_t; _kiln_kernel_time[1] += 1"]
                 else:
                     body.append(launch)
             elif isinstance(e, MultiOutput):
