@@ -265,3 +265,131 @@ def test_steady_state_call_runs_no_module_getattr():
     net.lin.weight = torch.nn.Parameter(torch.randn(4, 4))  # a new input object, read again
     check(opt, net, x)
     assert cnt.frame_count == 1
+
+
+# -- transformers configs: __getattribute__ chains of guard_reads._PASS_THROUGH ---------------
+
+def _config_model():
+    import pytest
+
+    transformers = pytest.importorskip("transformers")
+
+    class TinyConfig(transformers.PreTrainedConfig):
+        model_type = "torchkiln_tiny"
+        attribute_map = {"width": "hidden"}
+        offset = 1.0  # read from the class
+        shift = 0.5  # a class default the instance shadows
+
+        def __init__(self, scale=2.0, hidden=4, **kwargs):
+            self.scale = scale
+            self.shift = 0.25
+            self.hidden = hidden
+            super().__init__(**kwargs)
+
+    class TinyModel(torch.nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.config = config
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.lin(x) * self.config.scale + self.config.offset - self.config.shift
+            if self.config.use_return_dict:  # a property: stays a plain read
+                y = y + 1
+            if hasattr(self.config, "extra"):
+                y = y + self.config.extra
+            return y
+
+    return TinyConfig, TinyModel
+
+
+def _uses_config_reads(opt_code):
+    entry = torchkiln.capture.eval_frame._frame_caches[opt_code].entries[0][1]
+    return "___oga(" in str(entry.guard)
+
+
+def test_config_reads_skip_getattribute_and_follow_changes():
+    from torchkiln.capture.guard_reads import _config_layout
+
+    TinyConfig, TinyModel = _config_model()
+    torchkiln.reset()
+    model, x = TinyModel(TinyConfig()), torch.randn(2, 4)
+    opt, cnt = compiled(model)
+    check(opt, model, x)
+    if _config_layout(TinyConfig) is not None:  # this transformers version's lookup is known
+        assert _uses_config_reads(TinyModel.forward.__code__)
+    model.config.scale = 3.0  # an instance attribute changes
+    check(opt, model, x)
+    model.config.extra = 5.0  # hasattr False -> True
+    check(opt, model, x)
+    del model.config.extra
+    check(opt, model, x)
+    TinyConfig.attribute_map["scale"] = "hidden"  # the read name is renamed now
+    try:
+        check(opt, model, x)
+    finally:
+        del TinyConfig.attribute_map["scale"]
+    check(opt, model, x)
+    model.config.__dict__["attribute_map"] = {"scale": "hidden"}  # an instance attribute_map
+    check(opt, model, x)
+    del model.config.__dict__["attribute_map"]
+    check(opt, model, x)
+
+
+def test_config_class_changes():
+    TinyConfig, TinyModel = _config_model()
+    torchkiln.reset()
+    model, x = TinyModel(TinyConfig()), torch.randn(2, 4)
+    opt, cnt = compiled(model)
+    check(opt, model, x)
+    TinyConfig.scale = property(lambda self: 7.0)  # a data descriptor wins over the instance dict
+    assert model.config.scale == 7.0
+    check(opt, model, x)
+    del TinyConfig.scale
+    check(opt, model, x)
+    TinyConfig.offset = 2.0  # the class value read
+    check(opt, model, x)
+    TinyConfig.offset = property(lambda self: 3.0)
+    check(opt, model, x)
+    TinyConfig.offset = 1.0
+    TinyConfig.shift = property(lambda self: 4.0)  # over the shadowing instance value
+    assert model.config.shift == 4.0
+    check(opt, model, x)
+    TinyConfig.shift = 0.5
+    check(opt, model, x)
+
+    def getattribute(self, key):
+        value = super(TinyConfig, self).__getattribute__(key)
+        return value * 10 if key == "scale" else value
+    TinyConfig.__getattribute__ = getattribute  # the lookup is no longer the known chain
+    assert model.config.scale == 20.0
+    check(opt, model, x)
+    del TinyConfig.__getattribute__
+    check(opt, model, x)
+
+
+def test_config_heterogeneity_spec_set():
+    import types as pytypes
+
+    TinyConfig, TinyModel = _config_model()
+    torchkiln.reset()
+    model, x = TinyModel(TinyConfig()), torch.randn(2, 4)
+    opt, cnt = compiled(model)
+    check(opt, model, x)
+    model.config.__dict__["_heterogeneity_spec"] = pytypes.SimpleNamespace(per_layer_attributes=set())
+    check(opt, model, x)
+    model.config.__dict__["_heterogeneity_spec"] = pytypes.SimpleNamespace(per_layer_attributes={"scale"})
+    model.config.__dict__["allow_global_per_layer_attribute_access"] = False
+    try:
+        model(x)
+        eager_error = None
+    except Exception as e:  # noqa: BLE001 - transformers' AmbiguousGlobalPerLayerAttributeError
+        eager_error = type(e)
+    if eager_error is None:
+        check(opt, model, x)
+    else:
+        try:
+            opt(x)
+            raise AssertionError("the compiled call did not raise as eager did")
+        except eager_error:
+            pass

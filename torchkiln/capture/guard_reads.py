@@ -20,6 +20,19 @@ where the two provably give the same value:
   and for a buffer not in ``_parameters``, for a submodule in neither
   ``_parameters`` nor ``_buffers`` (``__getattr__``'s order).
 
+Objects whose class runs a known Python ``__getattribute__`` (transformers' configs:
+``PreTrainedConfig`` renames keys through ``attribute_map``, ``HeterogeneousConfigMixin``
+acts only when the instance has a ``_heterogeneity_spec``) get the same: each such function
+is recognised by the fingerprint of its code (:data:`_PASS_THROUGH`, per CPython version;
+the class checks check the function, its code, its ``__class__`` cell and that ``super``
+is not shadowed in its globals), and a read of ``cfg.name`` becomes the instance-dict
+read ``object.__getattribute__(cfg, '__dict__')['name']`` (or the class's plain value)
+after the per-read checks that the function would pass the name through unchanged: not
+in ``attribute_map`` (a class dict, checked per call: it is mutable), no instance
+``attribute_map`` nor ``_heterogeneity_spec``, no class attribute of that name but a
+plain value (bool, int, str...) whose type is checked per call.  A property
+(``_attn_implementation``) stays a plain read.
+
 Anything else (a name found in no dict at build time, a class with its own
 ``__getattr__``/``__getattribute__``, a module whose type is not guarded) keeps the
 plain read.  ``hasattr(m, name) is True|False`` parts on modules get the same
@@ -30,7 +43,10 @@ with stay the plain ones; only the generated check function uses the rewrite.
 from __future__ import annotations
 
 import ast
+import hashlib
+import marshal
 import re
+import sys
 import types
 
 import torch
@@ -71,6 +87,69 @@ def _class_layout(cls: type):
     return dict_owner, dict_owner.__dict__["__dict__"], getattr_owner
 
 
+def _fingerprint(fn) -> tuple | None:
+    """What identifies a function's behaviour up to its globals and closure: its code
+    (CPython's bytecode, constants, names), keyed by the interpreter version."""
+    if type(fn) is not types.FunctionType:
+        return None
+    c = fn.__code__
+    data = marshal.dumps((c.co_code, c.co_consts, c.co_names, c.co_varnames, c.co_freevars, c.co_cellvars,
+                          c.co_argcount, c.co_posonlyargcount, c.co_kwonlyargcount, c.co_flags))
+    return sys.version_info[:2], hashlib.sha256(data).hexdigest()[:32]
+
+
+# ``__getattribute__`` implementations read and found to end in ``object.__getattribute__``
+# for the names they let through (fingerprint -> the condition, checked per call):
+# "attribute_map": ``key != "attribute_map" and key in super().__getattribute__("attribute_map")``
+# renames the key, else ``super().__getattribute__(key)`` (transformers' PreTrainedConfig);
+# "heterogeneity": only when the instance dict's ``_heterogeneity_spec`` is not None does it do
+# anything but ``super().__getattribute__(key)`` (transformers' HeterogeneousConfigMixin).
+# Another version of either has another fingerprint: its reads stay plain.
+_PLAIN_CLASS_VALUES = (bool, int, float, str, bytes, type(None), tuple, list, dict, frozenset, set)
+
+_PASS_THROUGH = {
+    ((3, 11), "48ed3a8300a3c5f417158d8ac434e57c"): "attribute_map",
+    ((3, 11), "25dc469a01b5aa3647fc07be34043cdc"): "heterogeneity",
+}
+
+
+def _config_layout(cls: type):
+    """A dict describing how instances of ``cls`` (not a module) look attributes up,
+    when it is a chain of :data:`_PASS_THROUGH` ``__getattribute__`` functions ending in
+    ``object.__getattribute__``, with no ``__getattr__``; else None."""
+    if type(cls) is not type or issubclass(cls, _MODULE):
+        return None
+    owners = []  # (class, function, kind) in MRO order
+    layout = {"owners": owners, "dict_owner": None, "amap_owner": None}
+    for c in cls.__mro__:
+        d = c.__dict__
+        if c is object:
+            break
+        if "__getattr__" in d:
+            return None
+        if "__getattribute__" in d:
+            fn = d["__getattribute__"]
+            kind = _PASS_THROUGH.get(_fingerprint(fn))
+            if (kind is None or fn.__code__.co_freevars != ("__class__",) or fn.__closure__[0].cell_contents is not c
+                    or "super" in fn.__globals__):
+                return None
+            owners.append((c, fn, kind))
+        if layout["dict_owner"] is None and "__dict__" in d:
+            desc = d["__dict__"]
+            if type(desc) is not types.GetSetDescriptorType or desc.__objclass__ is not c:
+                return None
+            layout["dict_owner"], layout["dict_desc"] = c, desc
+        if layout["amap_owner"] is None and "attribute_map" in d:
+            layout["amap_owner"], layout["amap"] = c, d["attribute_map"]
+    kinds = [k for _, _, k in owners]
+    if kinds not in (["attribute_map"], ["heterogeneity"], ["attribute_map", "heterogeneity"]):
+        return None
+    if layout["dict_owner"] is None or ("attribute_map" in kinds and type(layout.get("amap")) is not dict):
+        return None
+    layout["kinds"] = kinds
+    return layout
+
+
 def _in_class(cls: type, name: str) -> bool:
     return any(name in c.__dict__ for c in cls.__mro__)
 
@@ -92,8 +171,17 @@ class ModuleReads:
         self.note_types(codes)
         self._layouts: dict[type, tuple | None] = {}
         self._names: dict[type, set[str]] = {}  # per module class: names read past __getattr__
+        self._config_layouts: dict[type, dict | None] = {}
+        self._named: dict[int, tuple[str, object]] = {}  # id -> (constant name, value): one name per object
+        self._config_names: dict[type, dict[str, type | None]] = {}  # per config class: name -> class it is read from
         self._chains: dict[str, tuple[str, list[str], object]] = {}  # chain -> (rewritten, preconditions, value)
         self._required: dict[str, None] = {}  # chains read outside the guard (inputs): preconditions needed
+
+    def _name(self, value) -> str:
+        hit = self._named.get(id(value))
+        if hit is None:
+            hit = self._named[id(value)] = (self._const(value), value)
+        return hit[0]
 
     def note_types(self, codes: list[str]) -> None:
         """Learn the TYPE_MATCH parts among ``codes`` (a read is rewritten only below a
@@ -145,6 +233,56 @@ class ModuleReads:
                 return kind, table[name]
         return None
 
+    def _config_layout(self, cls):
+        if cls not in self._config_layouts:
+            self._config_layouts[cls] = _config_layout(cls)
+        return self._config_layouts[cls]
+
+    def _config_step(self, value, source: str, name: str):
+        """``(new value, read expression on the instance dict expression, class it is
+        read from or None)`` for ``value.name`` on an object whose ``__getattribute__``
+        chain is :data:`_PASS_THROUGH` (a transformers config), or None."""
+        cls = type(value)
+        if (name.startswith("__") or name == "attribute_map" or source not in self._types
+                or self._env.get(self._types[source]) is not cls or self._config_layout(cls) is None):
+            return None
+        layout = self._config_layout(cls)
+        d = object.__getattribute__(value, "__dict__")
+        if type(d) is not dict or "attribute_map" in d or d.get("_heterogeneity_spec") is not None:
+            return None
+        if "attribute_map" in layout["kinds"] and name in layout["amap"]:
+            return None
+        owner = next((c for c in cls.__mro__ if name in c.__dict__), None)
+        if owner is None:
+            return (d[name], None, "instance") if name in d else None
+        v = owner.__dict__[name]
+        if owner is object or type(v) not in _PLAIN_CLASS_VALUES:  # a descriptor, maybe
+            return None
+        return (d[name], owner, "shadowed") if name in d else (v, owner, "class")
+
+    def _config_preconditions(self, base: str, orig_base: str, name: str, owner, how="instance") -> tuple[list[str], str]:
+        """Checks before the instance-dict (or class-dict) read stands for ``base.name``,
+        and that read: ``how`` is "instance" (no class attribute of that name),
+        "shadowed" (the instance attribute over a plain class value of ``owner``: the
+        value stays a plain one) or "class" (``owner``'s plain value, none in the instance)."""
+        cls = self._env[self._types[orig_base]]
+        layout = self._config_layout(cls)
+        self._env.setdefault("___oga", object.__getattribute__)
+        self._config_names.setdefault(cls, {})[name] = owner
+        d = f"___oga({base}, '__dict__')"
+        pre = [f"type({base}) is {self._types[orig_base]}"]
+        if "heterogeneity" in layout["kinds"]:
+            pre.append(f"{d}.get('_heterogeneity_spec') is None")
+        if "attribute_map" in layout["kinds"]:
+            pre += [f"'attribute_map' not in {d}", f"{name!r} not in {self._name(layout['amap'])}"]
+        if owner is None:
+            return pre, f"{d}[{name!r}]"
+        class_value = f"{self._name(owner.__dict__)}.get({name!r})"
+        pre.append(f"type({class_value}) is {self._name(type(owner.__dict__[name]))}")
+        if how == "shadowed":
+            return pre, f"{d}[{name!r}]"
+        return pre + [f"{name!r} not in {d}"], class_value
+
     def _chain(self, chain: str):
         """``(rewritten chain, preconditions, value at build time or _NO_VALUE)``."""
         hit = self._chains.get(chain)
@@ -167,6 +305,14 @@ class ModuleReads:
             if value is not _NO_VALUE:
                 if step.startswith("."):
                     planned = self._module_step(value, orig, step[1:])
+                    config = None if planned is not None else self._config_step(value, orig, step[1:])
+                    if config is not None:
+                        value, owner, how = config
+                        conditions, read = self._config_preconditions(out, orig, step[1:], owner, how)
+                        pre += conditions
+                        orig += step
+                        out = read
+                        continue
                     if planned is None:
                         value = _NO_VALUE
                     else:
@@ -226,6 +372,8 @@ class ModuleReads:
         if value is _NO_VALUE:
             return None
         orig = chain
+        if not isinstance(value, _MODULE):
+            return self._config_hasattr(new, pre, value, orig, name, expected)
         planned = self._module_step(value, orig, name)
         if expected:
             if planned is None or planned[0] == "dict":
@@ -240,14 +388,73 @@ class ModuleReads:
         return pre + [f"type({new}) is {self._types[orig]}", f"{name!r} not in {new}.__dict__"] + [
             f"{name!r} not in {new}.__dict__[{k!r}]" for k in _DICTS]
 
+    def _config_hasattr(self, new, pre, value, orig, name, expected):
+        config = self._config_step(value, orig, name)
+        if expected:
+            if config is None or config[2] != "instance":
+                return None
+            conditions, _ = self._config_preconditions(new, orig, name, None)
+            return pre + conditions + [f"{name!r} in ___oga({new}, '__dict__')"]
+        cls = type(value)
+        if (config is not None or name.startswith("__") or name == "attribute_map" or orig not in self._types
+                or self._env.get(self._types[orig]) is not cls or self._config_layout(cls) is None
+                or _in_class(cls, name)):
+            return None
+        layout = self._config_layout(cls)
+        d = object.__getattribute__(value, "__dict__")
+        if (type(d) is not dict or name in d or "attribute_map" in d or d.get("_heterogeneity_spec") is not None
+                or ("attribute_map" in layout["kinds"] and name in layout["amap"])):
+            return None
+        conditions, _ = self._config_preconditions(new, orig, name, None)
+        return pre + conditions + [f"{name!r} not in ___oga({new}, '__dict__')"]
+
+    def _config_class_checks(self, absent: dict, present: dict, checks: list) -> None:
+        const = self._const
+        for cls, names in self._config_names.items():
+            layout = self._config_layout(cls)
+            checks.append(f"{const(cls)}.__mro__ is {const(cls.__mro__)}")
+            owners = {c: fn for c, fn, _ in layout["owners"]}
+            for c, fn, _ in layout["owners"]:
+                checks.append(f"{const(fn)}.__code__ is {const(fn.__code__)}")
+                checks.append(f"{const(fn.__closure__[0])}.cell_contents is {const(c)}")
+                checks.append(f"'super' not in {const(fn.__globals__)}")
+            seen = set()  # owners passed along the MRO: "__dict__", "attribute_map", read names' classes
+            for c in cls.__mro__:
+                if c is object:
+                    continue
+                want = absent.setdefault(c, set())
+                want.add("__getattr__")
+                if c in owners:
+                    present.setdefault(c, {})["__getattribute__"] = owners[c]
+                else:
+                    want.add("__getattribute__")
+                for key, owner, value in (("__dict__", layout["dict_owner"], layout.get("dict_desc")),
+                                          ("attribute_map", layout["amap_owner"], layout.get("amap"))):
+                    if key in seen or owner is None and key == "attribute_map":
+                        continue
+                    if c is owner:
+                        if key == "__dict__" or "attribute_map" in layout["kinds"]:
+                            present.setdefault(c, {})[key] = value
+                        seen.add(key)
+                    else:
+                        want.add(key)
+                for name, owner in names.items():
+                    if (name, "read") in seen:
+                        continue
+                    if c is owner:
+                        seen.add((name, "read"))
+                    else:
+                        want.add(name)
+
     def class_checks(self) -> list[str]:
         """The per-call checks on the classes read past ``__getattr__`` (L-free)."""
-        if not self._names:
+        if not self._names and not self._config_names:
             return []
         const = self._const
         absent: dict[type, set[str]] = {}
         present: dict[type, dict[str, object]] = {}
         checks = []
+        self._config_class_checks(absent, present, checks)
         for cls, names in self._names.items():
             dict_owner, desc, getattr_owner = self._layout(cls)
             checks.append(f"{const(cls)}.__mro__ is {const(cls.__mro__)}")
@@ -275,7 +482,8 @@ class ModuleReads:
             checks.append(f"{proxy}.keys().isdisjoint({const(frozenset(names))})")
             for name, value in present.get(c, {}).items():
                 checks.append(f"{proxy}.get({name!r}) is {const(value)}")
-        checks.append(f"{const(_MODULE_GETATTR)}.__code__ is {const(_MODULE_GETATTR_CODE)}")
+        if self._names:
+            checks.append(f"{const(_MODULE_GETATTR)}.__code__ is {const(_MODULE_GETATTR_CODE)}")
         return checks
 
 
