@@ -283,6 +283,8 @@ def _tensor_check_codes(codes: list[str], env: dict) -> list[str]:
     full_shape = {}
     exact = set()
     for code in codes:
+        if len(code) > 1000:  # a long constant (a 1 MB string compared): no tensor part
+            continue
         m = _SHAPE_PART.match(code)
         if m:
             full_shape[m.group(1)] = m.group(2).count(",") + (0 if m.group(2).endswith(",") or not m.group(2) else 1)
@@ -293,6 +295,9 @@ def _tensor_check_codes(codes: list[str], env: dict) -> list[str]:
     cpu = torch.device("cpu")
     out = []
     for code in codes:
+        if len(code) > 1000:
+            out.append(code)
+            continue
         m = _DIM_PART.match(code)
         if m and full_shape.get(m.group(1)) == int(m.group(2)):
             continue
