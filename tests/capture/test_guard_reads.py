@@ -242,23 +242,40 @@ def test_tensor_rank_and_device_checks_still_fail():
     assert not entry.guard.check({"x": torch.randn(8, device="meta")})
 
 
+class Deep(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Net() for _ in range(12)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
 def test_steady_state_call_runs_no_module_getattr():
-    # the guard and the graph inputs' getter both read past nn.Module.__getattr__
+    # the guard and the graph inputs' getter both read past nn.Module.__getattr__, also in
+    # the long alias check of many tensor inputs (``len({id(...), ...}) == n``)
     import sys
 
-    torchkiln.reset()
-    net, x = Net(), torch.randn(2, 4)
-    opt, cnt = compiled(net)
-    check(opt, net, x)
     calls = []
 
     def profile(frame, event, arg):
         if event == "call" and frame.f_code is torch.nn.Module.__getattr__.__code__:
             calls.append(frame.f_locals["name"])
 
+    torchkiln.reset()
+    deep = Deep()
+    opt_deep, _ = compiled(deep)
+    torchkiln.reset()
+    net, x = Net(), torch.randn(2, 4)
+    opt, cnt = compiled(net)
+    check(opt, net, x)
+    check(opt_deep, deep, x)
     sys.setprofile(profile)
     try:
         opt(x)
+        opt_deep(x)
     finally:
         sys.setprofile(None)
     assert calls == []

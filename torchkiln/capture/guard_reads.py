@@ -60,7 +60,7 @@ _DICTS = ("_parameters", "_buffers", "_modules")  # Module.__getattr__'s order
 _TYPE_PART = re.compile(r"^type\((.*)\) is (___c\d+)$")
 _HASATTR_PART = re.compile(r"^hasattr\((.*), '([A-Za-z_][A-Za-z0-9_]*)'\) is (True|False)$")
 _NO_VALUE = object()
-_LONG_CODE = 1000  # characters: longer parts are run as they are
+_LONG_CODE = 1000  # characters: longer parts run as they are, but for the tensor-alias check
 
 
 def _class_layout(cls: type):
@@ -354,8 +354,8 @@ class ModuleReads:
     # -- rewriting ----------------------------------------------------------------------
     def rewrite(self, code: str) -> list[str]:
         """``code`` as the parts to run in its place (preconditions first)."""
-        if len(code) > _LONG_CODE:  # a long constant (a 1 MB string compared): not worth a scan
-            return [code]
+        if len(code) > _LONG_CODE and not code.startswith("len({id("):
+            return [code]  # a long constant (a 1 MB string compared): not worth a scan; the alias check is
         m = _HASATTR_PART.match(code)
         if m and _CHAIN.fullmatch(m.group(1)):
             out = self._hasattr(m.group(1), m.group(2), m.group(3) == "True")

@@ -268,10 +268,15 @@ _AUTOCAST_DEVICES = _autocast_devices()
 
 
 
-_DIM_PART = re.compile(r"^(.*)\.dim\(\) == (\d+)$")
-_SHAPE_PART = re.compile(r"^(.*)\.shape == \((.*)\)$")
-_DEVICE_PART = re.compile(r"^(.*)\.device == (___c\d+)$")
 _EXACT_TYPE_PART = re.compile(r"^type\((.*)\) is (___Tensor|___c\d+)$")
+_CONST_NAME = re.compile(r"___c\d+")
+
+
+def _split_part(code: str, sep: str):
+    """``(source, rest)`` of ``code`` = ``source + sep + rest``, split at the last ``sep``
+    (no regex: a part may compare a 1 MB constant), else None."""
+    source, found, rest = code.rpartition(sep)
+    return (source, rest) if found and source else None
 
 
 def _tensor_check_codes(codes: list[str], env: dict) -> list[str]:
@@ -283,27 +288,26 @@ def _tensor_check_codes(codes: list[str], env: dict) -> list[str]:
     full_shape = {}
     exact = set()
     for code in codes:
-        if len(code) > 1000:  # a long constant (a 1 MB string compared): no tensor part
-            continue
-        m = _SHAPE_PART.match(code)
-        if m:
-            full_shape[m.group(1)] = m.group(2).count(",") + (0 if m.group(2).endswith(",") or not m.group(2) else 1)
-        m = _EXACT_TYPE_PART.match(code)
-        if m and env.get(m.group(2), torch.Tensor if m.group(2) == "___Tensor" else None) in (torch.Tensor,
-                                                                                            torch.nn.Parameter):
-            exact.add(m.group(1))
+        split = _split_part(code, ".shape == (")
+        if split and split[1].endswith(")"):
+            sizes = split[1][:-1]
+            full_shape[split[0]] = sizes.count(",") + (0 if sizes.endswith(",") or not sizes else 1)
+        if code.startswith("type(") and len(code) < 1000:
+            m = _EXACT_TYPE_PART.match(code)
+            if m and env.get(m.group(2), torch.Tensor if m.group(2) == "___Tensor" else None) in (
+                    torch.Tensor, torch.nn.Parameter):
+                exact.add(m.group(1))
     cpu = torch.device("cpu")
     out = []
     for code in codes:
-        if len(code) > 1000:
-            out.append(code)
+        split = _split_part(code, ".dim() == ")
+        if split and split[1].isdigit() and full_shape.get(split[0]) == int(split[1]):
             continue
-        m = _DIM_PART.match(code)
-        if m and full_shape.get(m.group(1)) == int(m.group(2)):
-            continue
-        m = _DEVICE_PART.match(code)
-        if m and m.group(1) in exact and env.get(m.group(2)) == cpu and type(env.get(m.group(2))) is torch.device:
-            code = f"{m.group(1)}.is_cpu"
+        split = _split_part(code, ".device == ")
+        if split and split[0] in exact and _CONST_NAME.fullmatch(split[1]):
+            device = env.get(split[1])
+            if type(device) is torch.device and device == cpu:
+                code = f"{split[0]}.is_cpu"
         out.append(code)
     return out
 
