@@ -162,6 +162,19 @@ def test_record_grammar():
     for bad in BAD_EXPRS:
         with pytest.raises(warm_start.NotRecordable):
             warm_start.check_exprs(GOOD_EXPRS + [bad])
+    # guard parts are checked in the guard function that runs (their shared prefixes hoisted)
+    good = [[text, None] for text in GOOD_EXPRS + ["L['a'].b.c == 1", "L['a'].b.d is None"]]
+    warm_start._RecordGuard(dict(warm_start._FIXED_ENV), good)
+    for bad in BAD_EXPRS + ["1):\n        return True\n    if not (1", "L['a'].b.__class__"]:
+        with pytest.raises(warm_start.NotRecordable):
+            warm_start._RecordGuard(dict(warm_start._FIXED_ENV), good + [[bad, None]])
+    # a size part's source is evaluated only on the failure path: checked there, never run
+    ran = []
+    env = dict(warm_start._FIXED_ENV, ___ran=ran)
+    forged = warm_start._RecordGuard(env, [["len(L['x']) == 2", ["___ran.append(1)", 0]]])
+    assert forged.check({"x": [1]}) is False
+    assert forged.failure_reason({"x": [1]}) is None and forged.size_failures({"x": [1]}) in ({}, None)
+    assert ran == []
 
 def test_str_set_order_is_not_recorded():
     """A frame that iterated a set of strings is not recorded: str hashing is salted per

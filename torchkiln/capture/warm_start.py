@@ -368,11 +368,16 @@ def _check_tree(texts: list, text: str) -> set[str]:
         raise NotRecordable(f"an expression that does not parse: {text[:80]}") from e
     if not isinstance(tree.body, ast.Tuple) or len(tree.body.elts) != len(texts):
         raise NotRecordable(f"expressions that do not parse one by one: {text[:80]}")
-    # Every node is visited (a stack, not ``ast.walk``'s generators: a record has
-    # thousands of nodes, checked each time it is loaded); its exact type must be one
-    # of the grammar's (``ast.parse`` makes no subclasses).
+    return _check_nodes([tree], text)
+
+
+def _check_nodes(stack: list, text: str) -> set[str]:
+    """The names used by the expression trees in ``stack`` (consumed); raises
+    NotRecordable at the first node outside the grammar.  Every node is visited (a
+    stack, not ``ast.walk``'s generators: a record has thousands of nodes, checked each
+    time it is loaded); its exact type must be one of the grammar's (``ast.parse``
+    makes no subclasses)."""
     names = set()
-    stack = [tree]
     pop, push, children = stack.pop, stack.append, _CHILDREN
     while stack:
         node = pop()
@@ -421,18 +426,66 @@ def _check_call(node: ast.Call, text: str) -> None:
         raise NotRecordable(f"a call records cannot express: {text[:80]}")
 
 
+_HOISTED = re.compile(r"___v\d+\Z")
+
+
+def _check_guard_source(source: str, parts: int) -> ast.Module:
+    """The parse tree of a record's guard function (``guards._guard_source``: the parts
+    with shared source prefixes hoisted into ``___v<n>`` locals), checked as a whole:
+    ``def ___guard(L):`` whose body is only ``___v<n> = <expr>``, one ``if not (<part>):
+    return False`` per part, and ``return True``, every expression within the record
+    grammar (:func:`check_exprs`).  One parse serves the check and the compile."""
+    for line in source.splitlines():
+        if any(u in line for u in _UNSAFE_IN_TEXT[2:]) or line.rstrip().endswith("\\"):
+            raise NotRecordable(f"an expression records cannot hold: {line[:80]}")
+    try:
+        tree = ast.parse(source, mode="exec")
+    except SyntaxError as e:
+        raise NotRecordable(f"a guard that does not parse: {e}") from e
+    fn = tree.body[0] if len(tree.body) == 1 else None
+    a = getattr(fn, "args", None)
+    if (type(fn) is not ast.FunctionDef or fn.name != "___guard" or fn.decorator_list or fn.returns is not None
+            or a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or a.defaults or a.kw_defaults
+            or [x.arg for x in a.args] != ["L"] or a.args[0].annotation is not None):
+        raise NotRecordable("a guard function of another shape")
+    body, exprs, ifs = fn.body, [], 0
+    for i, st in enumerate(body):
+        kind = type(st)
+        if kind is ast.Assign and len(st.targets) == 1 and type(st.targets[0]) is ast.Name \
+                and _HOISTED.match(st.targets[0].id) and type(st.targets[0].ctx) is ast.Store:
+            exprs.append(st.value)
+        elif (kind is ast.If and not st.orelse and type(st.test) is ast.UnaryOp and type(st.test.op) is ast.Not
+              and len(st.body) == 1 and type(st.body[0]) is ast.Return and type(st.body[0].value) is ast.Constant
+              and st.body[0].value.value is False):
+            exprs.append(st.test.operand)
+            ifs += 1
+        elif not (i == len(body) - 1 and kind is ast.Return and type(st.value) is ast.Constant
+                  and st.value.value is True):
+            raise NotRecordable(f"a guard statement records cannot hold: {kind.__name__}")
+    if ifs != parts or type(body[-1]) is not ast.Return:
+        raise NotRecordable("a guard function of another shape")
+    _check_nodes(exprs, f"{parts} guard parts")
+    return tree
+
+
 class _RecordGuard:
     """The guard of a record: one generated check function, as capture's
     (:meth:`GuardBuilder.build`); the per-part functions that only failure reasons
     need are made on first use.  Same interface as :class:`~.guards.Guard`."""
 
-    def __init__(self, env: dict, parts: list, unsafe=None) -> None:
+    def __init__(self, env: dict, parts: list, unsafe=None, check=None) -> None:
+        """``check``: the generated function of an earlier _RecordGuard of the same parts."""
         from .guards import _guard_source
 
         self._env, self._codes, self._full, self._unsafe = env, parts, None, unsafe
         self.source_text = _guard_source([code for code, _ in parts])
-        exec(compile(self.source_text, "<torchkiln guard>", "exec"), env)  # noqa: S102 - checked parts
-        check = env.pop("___guard")
+        if check is None:
+            with nogc():  # the parse tree (tens of thousands of nodes) is acyclic: freed on return
+                tree = _check_guard_source(self.source_text, len(parts))  # what runs is what is checked
+                exec(compile(tree, "<torchkiln guard>", "exec"), env)  # noqa: S102 - checked
+                del tree
+            check = env.pop("___guard")
+        self._check = check
         if unsafe is not None:  # ``unsafe(L)``: a call the loaded graph cannot run (load_compiled)
             self.check = lambda L: check(L) and not unsafe(L)
         else:
@@ -440,8 +493,15 @@ class _RecordGuard:
 
     def _guard(self):
         if self._full is None:
-            from .guards import GuardBuilder
+            from .guards import Guard, GuardBuilder
 
+            try:  # each part, and each size part's source, is compiled alone below
+                check_exprs([code for code, _ in self._codes]
+                            + [s[0] if isinstance(s, list) and s else "" for _, s in self._codes if s is not None])
+            except NotRecordable as e:  # a damaged record (its guard function passed the check)
+                log.warning("warm start: a record's guard parts are outside the grammar (%s)", e)
+                self._full = Guard(lambda L: False, ["<a damaged record's guard>"])
+                return self._full
             builder = GuardBuilder(dict(self._env))
             for code, size_of in self._codes:
                 builder.add(code, size_of=tuple(size_of) if size_of is not None else None)
@@ -991,8 +1051,11 @@ def _install(fn, f_locals, rec: dict, protocol, compile_wrapper=None) -> CacheEn
     if brk is not None:
         _check_break(brk, compile_wrapper)
     result = [] if brk is not None else [rec["result"]]
-    check_exprs([code for code, _ in rec["guards"]] + list(rec["inputs"]) + result
-                + (_break_exprs(brk) if brk is not None else []) + [store[0] for store in stores])
+    check_exprs(list(rec["inputs"]) + result + (_break_exprs(brk) if brk is not None else [])
+                + [store[0] for store in stores])  # the guard parts: in the guard function (_RecordGuard)
+    for code, _ in rec["guards"]:
+        if not isinstance(code, str) or "\n" in code or "\r" in code:
+            raise NotRecordable(f"an expression records cannot hold: {str(code)[:80]}")
     guard = _RecordGuard(env, rec["guards"])
     if not guard.check(f_locals):
         raise _Bypass(f"guard failed: {guard.failure_reason(f_locals)}")
@@ -1005,7 +1068,7 @@ def _install(fn, f_locals, rec: dict, protocol, compile_wrapper=None) -> CacheEn
     unsafe_call = getattr(compiled, "unsafe_call", None)
     if unsafe_call is not None:  # the graph mutates inputs: aliased ones make the guard fail
         inputs_of = _inputs_function(rec["inputs"], env)
-        guard = _RecordGuard(env, rec["guards"], unsafe=lambda L: unsafe_call(inputs_of(L)))
+        guard = _RecordGuard(env, rec["guards"], unsafe=lambda L: unsafe_call(inputs_of(L)), check=guard._check)
         if not guard.check(f_locals):
             raise _Bypass(f"guard failed: {guard.failure_reason(f_locals)}")
     if brk is not None:
