@@ -165,9 +165,17 @@ def test_record_grammar():
     # guard parts are checked in the guard function that runs (their shared prefixes hoisted)
     good = [[text, None] for text in GOOD_EXPRS + ["L['a'].b.c == 1", "L['a'].b.d is None"]]
     warm_start._RecordGuard(dict(warm_start._FIXED_ENV), good)
+    good.append(["L['a'].size(0) == L['a'].size()[0]", None])  # hoisted: ___v1 = ___v0.size; ___v1(0)
     for bad in BAD_EXPRS + ["1):\n        return True\n    if not (1", "L['a'].b.__class__"]:
         with pytest.raises(warm_start.NotRecordable):
             warm_start._RecordGuard(dict(warm_start._FIXED_ENV), good + [[bad, None]])
+    for forged in ("def ___guard(L):\n    ___v0 = L['a'].size\n    ___v0 = L['a'].numpy\n"
+                   "    if not (___v0()):\n        return False\n    return True\n",
+                   "def ___guard(L):\n    ___v0 = L['a'].numpy\n    if not (___v0()):\n        return False\n    return True\n",
+                   "def ___guard(L):\n    import os\n    return True\n",
+                   "def ___guard(L, M=print):\n    return True\n"):
+        with pytest.raises(warm_start.NotRecordable):
+            warm_start._check_guard_source(forged, forged.count("if not"))
     # a size part's source is evaluated only on the failure path: checked there, never run
     ran = []
     env = dict(warm_start._FIXED_ENV, ___ran=ran)

@@ -371,12 +371,13 @@ def _check_tree(texts: list, text: str) -> set[str]:
     return _check_nodes([tree], text)
 
 
-def _check_nodes(stack: list, text: str) -> set[str]:
+def _check_nodes(stack: list, text: str, methods: frozenset = frozenset()) -> set[str]:
     """The names used by the expression trees in ``stack`` (consumed); raises
     NotRecordable at the first node outside the grammar.  Every node is visited (a
     stack, not ``ast.walk``'s generators: a record has thousands of nodes, checked each
     time it is loaded); its exact type must be one of the grammar's (``ast.parse``
-    makes no subclasses)."""
+    makes no subclasses).  ``methods``: hoisted locals that hold a bound method of
+    ``_METHODS`` (``___v1 = ___v0.size``), callable as the method is."""
     names = set()
     pop, push, children = stack.pop, stack.append, _CHILDREN
     while stack:
@@ -395,7 +396,7 @@ def _check_nodes(stack: list, text: str) -> set[str]:
             if not (node.id in ("L", "G") or node.id.startswith("___") or node.id in _BUILTINS):
                 raise NotRecordable(f"the name {node.id!r} in {text[:80]}")
         elif kind is ast.Call:
-            _check_call(node, text)
+            _check_call(node, text, methods)
         fields = children.get(kind)
         if fields is None:
             raise NotRecordable(f"a guard kind records cannot express ({kind.__name__}): {text[:80]}")
@@ -410,7 +411,7 @@ def _check_nodes(stack: list, text: str) -> set[str]:
     return names
 
 
-def _check_call(node: ast.Call, text: str) -> None:
+def _check_call(node: ast.Call, text: str, methods: frozenset = frozenset()) -> None:
     f = node.func
     if type(f) is ast.Name and f.id.startswith("___m"):  # a ModelOutput class (checked when loaded)
         if node.args or any(k.arg is None for k in node.keywords):
@@ -421,8 +422,8 @@ def _check_call(node: ast.Call, text: str) -> None:
                 or any(k.arg is None or not _plain_attr(k.arg) for k in node.keywords)):
             raise NotRecordable(f"an object built other than by class and attribute names: {text[:80]}")
         return
-    if not ((type(f) is ast.Name and f.id in _CALLABLE_NAMES) or (type(f) is ast.Attribute and f.attr in _METHODS)) \
-            or node.keywords:
+    if not ((type(f) is ast.Name and (f.id in _CALLABLE_NAMES or f.id in methods))
+            or (type(f) is ast.Attribute and f.attr in _METHODS)) or node.keywords:
         raise NotRecordable(f"a call records cannot express: {text[:80]}")
 
 
@@ -448,12 +449,16 @@ def _check_guard_source(source: str, parts: int) -> ast.Module:
             or a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or a.defaults or a.kw_defaults
             or [x.arg for x in a.args] != ["L"] or a.args[0].annotation is not None):
         raise NotRecordable("a guard function of another shape")
-    body, exprs, ifs = fn.body, [], 0
+    body, exprs, ifs, methods, assigned = fn.body, [], 0, set(), set()
     for i, st in enumerate(body):
         kind = type(st)
         if kind is ast.Assign and len(st.targets) == 1 and type(st.targets[0]) is ast.Name \
-                and _HOISTED.match(st.targets[0].id) and type(st.targets[0].ctx) is ast.Store:
+                and _HOISTED.match(st.targets[0].id) and type(st.targets[0].ctx) is ast.Store \
+                and st.targets[0].id not in assigned:  # each local once (``methods`` stay methods)
+            assigned.add(st.targets[0].id)
             exprs.append(st.value)
+            if type(st.value) is ast.Attribute and st.value.attr in _METHODS:  # ``___v1 = ___v0.size``
+                methods.add(st.targets[0].id)
         elif (kind is ast.If and not st.orelse and type(st.test) is ast.UnaryOp and type(st.test.op) is ast.Not
               and len(st.body) == 1 and type(st.body[0]) is ast.Return and type(st.body[0].value) is ast.Constant
               and st.body[0].value.value is False):
@@ -464,7 +469,7 @@ def _check_guard_source(source: str, parts: int) -> ast.Module:
             raise NotRecordable(f"a guard statement records cannot hold: {kind.__name__}")
     if ifs != parts or type(body[-1]) is not ast.Return:
         raise NotRecordable("a guard function of another shape")
-    _check_nodes(exprs, f"{parts} guard parts")
+    _check_nodes(exprs, f"{parts} guard parts", frozenset(methods))
     return tree
 
 
