@@ -35,10 +35,11 @@ from ..cache import get_store, keys
 from ..utils.counters import counters
 from . import config
 from .generators import generator_name
+from .wrapper_runtime import base_globals
 
 log = logging.getLogger("torchkiln.cache")
 NAMESPACE = "fxgraph"
-BASE_GLOBALS = ("torch", "math", "empty_strided", "reinterpret", "restride")
+BASE_GLOBALS = frozenset(base_globals())  # every wrapper has them: never described, never saved
 _CALLABLE_MODULES = ("torch", "torchkiln", "operator", "math", "builtins")
 
 
@@ -224,7 +225,6 @@ def load(key: str):
 
 def _rebuild(key: str, meta: dict, blobs: dict):
     from .compile_fx import CompiledGraph
-    from .wrapper_runtime import base_globals
 
     loader = importlib.import_module(_LOADERS[meta["generator"]]).load_cached_kernels
     kernel_blobs = {k.removeprefix("kernel:"): v for k, v in blobs.items() if k.startswith("kernel:")}
