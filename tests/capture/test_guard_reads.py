@@ -122,7 +122,7 @@ def test_module_getattr_function_changed():
     try:
         entry = torchkiln.capture.eval_frame._frame_caches[Net.forward.__code__].entries[0][1]
         reason = entry.guard.failure_reason({"self": net, "x": x})
-        assert reason.startswith("a module class's attribute lookup changed: "), reason
+        assert reason.startswith("a class's attribute lookup changed: "), reason
         check(opt, net, x)
         assert cnt.frame_count == 2
     finally:

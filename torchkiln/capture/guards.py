@@ -69,6 +69,50 @@ class GuardBuilder:
         self._seen: set[str] = set()
         self._consts = 0
         self.tensor_sources: list[str] = []
+        self._lookups: dict[type, set[str]] = {}  # class -> names capture looked up on it
+
+    def class_lookup(self, cls, name: str) -> None:
+        """Capture decided something from what ``name`` resolves to through ``cls.__mro__``
+        (a method it inlined, a property, a class attribute, a dunder's presence): the
+        guard checks per call that the lookup still finds the same object (or nothing)."""
+        if isinstance(cls, type) and isinstance(name, str):
+            self._lookups.setdefault(cls, set()).add(name)
+
+    def _class_lookup_codes(self) -> list[str]:
+        """L-free checks that every recorded class lookup is unchanged: each class's
+        ``__mro__`` is the same tuple, and in the MRO's class dicts the name is absent
+        before the class that defined it, which still holds the same object.  Classes
+        whose dicts cannot change (builtins, immutable types) need no check."""
+        proxies: dict[type, str] = {}
+
+        def proxy(c):
+            if c not in proxies:
+                proxies[c] = self.const(c.__dict__)  # a live view of the class's dict
+            return proxies[c]
+
+        def mutable(c):
+            return not c.__flags__ & _IMMUTABLE_TYPE
+
+        codes, absent, present = [], {}, {}
+        for cls, names in self._lookups.items():
+            if not any(mutable(c) for c in cls.__mro__):
+                continue
+            codes.append(f"{self.const(cls)}.__mro__ is {self.const(cls.__mro__)}")
+            for name in sorted(names):
+                for c in cls.__mro__:
+                    d = c.__dict__
+                    if name in d:
+                        if mutable(c):
+                            present[(c, name)] = d[name]
+                        break
+                    if mutable(c):
+                        absent.setdefault(c, set()).add(name)
+        for c, names in absent.items():
+            codes.append(f"{proxy(c)}.keys().isdisjoint({self.const(frozenset(names))})")
+        for (c, name), value in present.items():
+            codes.append(f"{proxy(c)}.get({name!r}) is {self.const(value)}")
+        self._lookups = {}
+        return codes
 
     def const(self, value) -> str:
         """A name in the guard namespace bound to ``value`` (for ``is`` checks)."""
@@ -206,6 +250,9 @@ class GuardBuilder:
             codes, classes = module_read_codes(codes, reads)
             reads.forget_values()
             self.f_locals = None  # the guard keeps no argument alive
+        lookups = self._class_lookup_codes()
+        codes = lookups + codes
+        classes = lookups + classes
         source = _guard_source(codes)
         namespace = self.env
         exec(compile(source, "<torchkiln guard>", "exec"), namespace)
@@ -215,7 +262,7 @@ class GuardBuilder:
         guard = Guard(check, None, self.parts, source)
         for code in classes:
             part = GuardPart(code)
-            part.reason = lambda L, p=part: f"a module class's attribute lookup changed: {p.shown} failed"
+            part.reason = lambda L, p=part: f"a class's attribute lookup changed: {p.shown} failed"
             part.env = namespace
             guard._class_checks.append(part)
         return guard
@@ -268,6 +315,7 @@ _AUTOCAST_DEVICES = _autocast_devices()
 
 
 
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtins and static types (attributes cannot be set)
 _EXACT_TYPE_PART = re.compile(r"^type\((.*)\) is (___Tensor|___c\d+)$")
 _CONST_NAME = re.compile(r"___c\d+")
 

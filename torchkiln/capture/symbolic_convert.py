@@ -1568,6 +1568,7 @@ def capture_frame(fn, f_locals, *, backend, fullgraph, dynamic, compile_wrapper)
     from ..utils import trace
     from ..utils.logging import get_artifact_logger
     from .guards import Guard
+    from .variables.user_defined import CLASS_LOOKUPS
 
     if fn.__code__.co_flags & 0x3A0:
         unsupported("generator or coroutine frame")
@@ -1576,6 +1577,7 @@ def capture_frame(fn, f_locals, *, backend, fullgraph, dynamic, compile_wrapper)
     for _ in range(64):
         tx = InstructionTranslator(fn, f_locals, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
                                    compile_wrapper=compile_wrapper, break_points=break_points)
+        CLASS_LOOKUPS.append(tx.output.guards)
         try:
             entry = tx.run()
         except RestartAt as r:
@@ -1589,6 +1591,8 @@ def capture_frame(fn, f_locals, *, backend, fullgraph, dynamic, compile_wrapper)
                                   break_reasons=[*break_points.values(), reason])
             break_points[r.ip] = reason
             continue
+        finally:
+            CLASS_LOOKUPS.pop()
         for reason in entry.break_reasons:
             counters["graph_break"][reason.reason] += 1
             log.debug("Graph break in %s: %s", fn.__qualname__, reason)

@@ -97,6 +97,9 @@ class ConstantVariable(ValueVariable):
         return bool(self.value)
 
     def var_getattr(self, tx, name):
+        from .user_defined import record_lookup
+
+        record_lookup(type(self.value), name)
         prop = next((k.__dict__[name] for k in type(self.value).__mro__ if name in k.__dict__), None)
         if type(prop) is property and hasattr(prop.fget, "__code__"):  # a Python property (an enum's): inlined
             from .functions import UserFunctionVariable

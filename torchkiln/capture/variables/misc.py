@@ -6,7 +6,7 @@ import types
 import torch
 
 from .base import VariableTracker, unsupported
-from .user_defined import bind_class_attr
+from .user_defined import bind_class_attr, record_lookup
 
 
 class SuperVariable(VariableTracker):
@@ -22,8 +22,10 @@ class SuperVariable(VariableTracker):
         obj_is_class = isinstance(self.obj_vt, UserDefinedClassVariable)
         owner = self.obj_vt.value if obj_is_class else self.obj_vt.python_type()
         mro = owner.__mro__
+        record_lookup(owner, name)
         start = mro.index(self.cls) + 1 if self.cls in mro else 0
         for base in mro[start:]:
+            record_lookup(base, name)  # the lookup starts past self.cls: each dict it reads
             if name in base.__dict__:
                 attr = base.__dict__[name]
                 if attr is torch.nn.Module.__call__ and not obj_is_class:

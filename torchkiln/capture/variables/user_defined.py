@@ -24,7 +24,23 @@ from .base import ConstantVariable, MethodVariable, ValueVariable, VariableTrack
 _MISSING = object()
 
 
+# The GuardBuilder of each frame being captured (innermost last): every class lookup
+# capture bases a decision on is checked again by that frame's guard (see
+# GuardBuilder.class_lookup), so a method, property or class attribute changed,
+# added or deleted after the capture recompiles instead of running the stale graph.
+CLASS_LOOKUPS: list = []
+
+
+def record_lookup(cls, name) -> None:
+    """Capture depends on what ``name`` resolves to on ``cls``: the frame's guard checks it."""
+    if CLASS_LOOKUPS:
+        CLASS_LOOKUPS[-1].class_lookup(cls, name)
+
+
 def mro_lookup(cls, name):
+    """``name`` looked up in the dicts of ``cls.__mro__`` (what CPython's type lookup
+    finds), or ``_MISSING``; recorded for the current frame's guard."""
+    record_lookup(cls, name)
     for base in cls.__mro__:
         if name in base.__dict__:
             return base.__dict__[name]
@@ -284,6 +300,7 @@ class UserDefinedClassVariable(ValueVariable):
 
     def var_getattr(self, tx, name):
         cls = self.value
+        record_lookup(cls, name)
         for base in cls.__mro__:
             if name in base.__dict__:
                 attr = base.__dict__[name]
