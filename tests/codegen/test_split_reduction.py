@@ -54,11 +54,9 @@ def _spy(monkeypatch) -> list:
     return calls
 
 
-@pytest.mark.parametrize("backend", ["cpp", "triton"])
-@pytest.mark.parametrize("case", range(5))
-def test_split_matches_eager(case, backend, monkeypatch):
-    fn, shape = _fns()[case]
-    calls = _spy(monkeypatch)
+def _device(backend, monkeypatch) -> str:
+    """The device a ``backend`` case runs on: CUDA when present (Triton is its cpp case),
+    else the CPU, with Triton under its interpreter (skipped without TRITON_INTERPRET=1)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if backend == "triton" and device == "cpu":
         pytest.importorskip("triton")
@@ -69,6 +67,15 @@ def test_split_matches_eager(case, backend, monkeypatch):
         monkeypatch.setattr(torchkiln.codegen.config, "cpu_backend", "triton")
     elif backend == "triton":
         pytest.skip("CUDA runs Triton in the cpp case")
+    return device
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("case", range(5))
+def test_split_matches_eager(case, backend, monkeypatch):
+    fn, shape = _fns()[case]
+    calls = _spy(monkeypatch)
+    device = _device(backend, monkeypatch)
     x = torch.randn(shape, device=device)
     torchkiln.reset()
     out = torchkiln.compile(fn)(x)
@@ -120,16 +127,7 @@ def test_split_conv_batch_norm_training(backend, monkeypatch):
     """conv -> batch norm -> relu, trained: split statistics over a convolution's output
     (channels-last on CPU with oneDNN, as on CUDA with codegen.config.layout_optimization_cuda)."""
     calls = _spy(monkeypatch)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if backend == "triton" and device == "cpu":
-        pytest.importorskip("triton")
-        from torchkiln.codegen.triton.generator import interpreter_active
-
-        if not interpreter_active():
-            pytest.skip("needs TRITON_INTERPRET=1")
-        monkeypatch.setattr(torchkiln.codegen.config, "cpu_backend", "triton")
-    elif backend == "triton":
-        pytest.skip("CUDA runs Triton in the cpp case")
+    device = _device(backend, monkeypatch)
     monkeypatch.setattr(torchkiln.codegen.config, "layout_optimization_cuda", True)
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).to(device)
