@@ -161,7 +161,11 @@ def measure_row(model: str, mode: str, args, pycache: str | None) -> dict:
     cold_pyc = kinds[-1][1]  # the cold processes write .pyc files where a warm variant reads them
     if args.base:
         kinds = [("base", kinds[0][1])] + kinds
-    kinds = kinds + [(name, None) for name in _floors(args.floor)]
+    # the peer and the floors read and write .pyc files where kiln_pyc does: a machine whose
+    # site-packages hold no .pyc of torch (read-only, none shipped) would otherwise make them
+    # compile torch's sources in every process (~7 s on the H100 host) and flatter kiln
+    shared = pycache if args.bytecode != "nowrite" else None
+    kinds = kinds + [(name, shared) for name in _floors(args.floor)]
     repos = {"base": args.base}
     cache = os.path.join(args.keep, f"{model}-{mode}") if args.keep else tempfile.mkdtemp(prefix="tk-warm-")
     os.makedirs(cache, exist_ok=True)
@@ -170,11 +174,11 @@ def measure_row(model: str, mode: str, args, pycache: str | None) -> dict:
         row["base_cold"] = spawn(model, mode, "kiln", cache, args, cold_pyc, args.timeout, args.base)
     row["kiln_cold"] = spawn(model, mode, "kiln", cache, args, cold_pyc, args.timeout)
     if not os.path.isdir(os.path.join(cache, "inductor")) or not args.keep:
-        row["peer_cold"] = spawn(model, mode, "peer", cache, args, None, args.timeout)
+        row["peer_cold"] = spawn(model, mode, "peer", cache, args, shared, args.timeout)
     samples = {name: [] for name, _ in kinds}
     samples["peer"] = []
     for _ in range(args.warm):
-        for name, prefix in kinds + [("peer", None)]:
+        for name, prefix in kinds + [("peer", shared)]:
             samples[name].append(spawn(model, mode, name if name in ("peer", "eager", "bare") else "kiln", cache, args,
                                        prefix, args.timeout, repos.get(name) or REPO))
     for name, results in samples.items():
