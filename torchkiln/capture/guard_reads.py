@@ -60,6 +60,7 @@ _DICTS = ("_parameters", "_buffers", "_modules")  # Module.__getattr__'s order
 _TYPE_PART = re.compile(r"^type\((.*)\) is (___c\d+)$")
 _HASATTR_PART = re.compile(r"^hasattr\((.*), '([A-Za-z_][A-Za-z0-9_]*)'\) is (True|False)$")
 _NO_VALUE = object()
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtins and static types (attributes cannot be set)
 _LONG_CODE = 1000  # characters: longer parts run as they are, but for the tensor-alias check
 
 
@@ -177,6 +178,7 @@ class ModuleReads:
         self._config_names: dict[type, dict[str, type | None]] = {}  # per config class: name -> class it is read from
         self._chains: dict[str, tuple[str, list[str], object]] = {}  # chain -> (rewritten, preconditions, value)
         self._required: dict[str, None] = {}  # chains read outside the guard (inputs): preconditions needed
+        self.lookups: dict[type, set[str]] = {}  # class lookups capture relied on (GuardBuilder.class_lookup)
 
     def _name(self, value) -> str:
         hit = self._named.get(id(value))
@@ -449,9 +451,31 @@ class ModuleReads:
                     else:
                         want.add(name)
 
+    def _lookup_class_checks(self, absent: dict, present: dict, checks: list) -> None:
+        """The class lookups capture relied on (a method it inlined, a property, a class
+        attribute, whether a dunder exists): ``__mro__`` the same tuple, the name absent
+        from the class dicts before the one that defined it, which still holds the same
+        object.  Classes whose dicts cannot change (immutable types) are not checked;
+        a class the module and config passes check already keeps its one MRO check."""
+        for cls, names in self.lookups.items():
+            if all(c.__flags__ & _IMMUTABLE_TYPE for c in cls.__mro__):
+                continue
+            if cls not in self._names and cls not in self._config_names:
+                checks.append(f"{self._const(cls)}.__mro__ is {self._const(cls.__mro__)}")
+            for name in names:
+                for c in cls.__mro__:
+                    mutable = not c.__flags__ & _IMMUTABLE_TYPE
+                    if name in c.__dict__:
+                        if mutable:
+                            present.setdefault(c, {})[name] = c.__dict__[name]
+                        break
+                    if mutable:
+                        absent.setdefault(c, set()).add(name)
+
     def class_checks(self) -> list[str]:
-        """The per-call checks on the classes read past ``__getattr__`` (L-free)."""
-        if not self._names and not self._config_names:
+        """The per-call checks on the classes read past ``__getattr__`` and on the class
+        lookups capture relied on (L-free)."""
+        if not self._names and not self._config_names and not self.lookups:
             return []
         const = self._const
         absent: dict[type, set[str]] = {}
@@ -480,9 +504,11 @@ class ModuleReads:
                         seen_dict = True
                     else:
                         want.add("__dict__")
-        for c, names in absent.items():
-            proxy = const(c.__dict__)
-            checks.append(f"{proxy}.keys().isdisjoint({const(frozenset(names))})")
+        self._lookup_class_checks(absent, present, checks)
+        for c in {**absent, **present}:
+            proxy = const(c.__dict__)  # a live view of the class's dict
+            if c in absent:
+                checks.append(f"{proxy}.keys().isdisjoint({const(frozenset(absent[c]))})")
             for name, value in present.get(c, {}).items():
                 checks.append(f"{proxy}.get({name!r}) is {const(value)}")
         if self._names:

@@ -78,42 +78,6 @@ class GuardBuilder:
         if isinstance(cls, type) and isinstance(name, str):
             self._lookups.setdefault(cls, set()).add(name)
 
-    def _class_lookup_codes(self) -> list[str]:
-        """L-free checks that every recorded class lookup is unchanged: each class's
-        ``__mro__`` is the same tuple, and in the MRO's class dicts the name is absent
-        before the class that defined it, which still holds the same object.  Classes
-        whose dicts cannot change (builtins, immutable types) need no check."""
-        proxies: dict[type, str] = {}
-
-        def proxy(c):
-            if c not in proxies:
-                proxies[c] = self.const(c.__dict__)  # a live view of the class's dict
-            return proxies[c]
-
-        def mutable(c):
-            return not c.__flags__ & _IMMUTABLE_TYPE
-
-        codes, absent, present = [], {}, {}
-        for cls, names in self._lookups.items():
-            if not any(mutable(c) for c in cls.__mro__):
-                continue
-            codes.append(f"{self.const(cls)}.__mro__ is {self.const(cls.__mro__)}")
-            for name in sorted(names):
-                for c in cls.__mro__:
-                    d = c.__dict__
-                    if name in d:
-                        if mutable(c):
-                            present[(c, name)] = d[name]
-                        break
-                    if mutable(c):
-                        absent.setdefault(c, set()).add(name)
-        for c, names in absent.items():
-            codes.append(f"{proxy(c)}.keys().isdisjoint({self.const(frozenset(names))})")
-        for (c, name), value in present.items():
-            codes.append(f"{proxy(c)}.get({name!r}) is {self.const(value)}")
-        self._lookups = {}
-        return codes
-
     def const(self, value) -> str:
         """A name in the guard namespace bound to ``value`` (for ``is`` checks)."""
         name = f"___c{self._consts}"
@@ -247,12 +211,10 @@ class GuardBuilder:
         classes = []
         reads = self._module_reads()
         if reads is not None:
+            reads.lookups = self._lookups
             codes, classes = module_read_codes(codes, reads)
             reads.forget_values()
             self.f_locals = None  # the guard keeps no argument alive
-        lookups = self._class_lookup_codes()
-        codes = lookups + codes
-        classes = lookups + classes
         source = _guard_source(codes)
         namespace = self.env
         exec(compile(source, "<torchkiln guard>", "exec"), namespace)
@@ -315,7 +277,6 @@ _AUTOCAST_DEVICES = _autocast_devices()
 
 
 
-_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtins and static types (attributes cannot be set)
 _EXACT_TYPE_PART = re.compile(r"^type\((.*)\) is (___Tensor|___c\d+)$")
 _CONST_NAME = re.compile(r"___c\d+")
 
