@@ -121,11 +121,31 @@ def test_batched_gemm_views_and_reuse():
 
 
 def test_extern_calls_go_through_the_overload_builtin():
-    op = torch.ops.aten.mm.default
+    op = torch.ops.aten.cumsum.default
     assert extern_callable(op) is op._op
     assert extern_callable(torch.add) is torch.add
     a, b = torch.randn(3, 4), torch.randn(4, 5)
-    torch.testing.assert_close(extern_callable(op)(a, b), a @ b)
+    torch.testing.assert_close(extern_callable(op)(a, 1), a.cumsum(1))
+    # GEMMs go through their torch.* bindings (cheaper argument parsing, same kernel)
+    assert extern_callable(torch.ops.aten.addmm.out) is torch.addmm
+    torch.testing.assert_close(extern_callable(torch.ops.aten.mm.default)(a, b), a @ b)
+    out = torch.empty(3, 5)
+    extern_callable(torch.ops.aten.mm.out)(a, b, out=out)
+    torch.testing.assert_close(out, a @ b)
+
+
+def test_gemm_results_without_a_reused_buffer_are_allocated_by_the_gemm():
+    # a GEMM result that takes no dead buffer's storage comes from the functional call (no
+    # empty_strided + out=), addmm(b, x, w.t()) is linear(x, w, b); values as eager's
+    torch.manual_seed(0)
+
+    def fn(x, w1, b1, w2, b2):
+        h = torch.nn.functional.linear(x, w1, b1).relu()
+        return (torch.nn.functional.linear(h, w2, b2).relu() @ w1,)
+
+    args = (torch.randn(4, 8), torch.randn(8, 8), torch.randn(8), torch.randn(8, 8), torch.randn(8))
+    compiled = _compile(fn, *args)
+    torch.testing.assert_close(compiled(*args), fn(*args))
 
 
 def test_inputs_with_a_storage_offset():

@@ -37,11 +37,24 @@ def _restride(t, size, stride):
 
 
 def extern_callable(op):
-    """What the wrapper calls for extern ``op``: an ``OpOverload``'s builtin (``op._op``,
-    all that ``OpOverload.__call__`` does is call it), else ``op`` itself."""
+    """What the wrapper calls for extern ``op``: a GEMM's overloads through its
+    ``torch.*`` binding (as TorchInductor's ``extern_kernels.mm``): the generated binding
+    parses the arguments ~0.7 us faster than the schema-driven ``op._op`` and dispatches
+    to the same kernel; another ``OpOverload``'s builtin (``op._op``, all that
+    ``OpOverload.__call__`` does is call it); else ``op`` itself."""
+    binding = _BINDINGS.get(op) if type(op) is torch._ops.OpOverload else None
+    if binding is not None:
+        return binding
     if type(op) is torch._ops.OpOverload and isinstance(getattr(op, "_op", None), type(len)):
         return op._op
     return op
+
+
+_aten = torch.ops.aten
+_BINDINGS = {_aten.mm.out: torch.mm, _aten.addmm.out: torch.addmm, _aten.bmm.out: torch.bmm,
+             _aten.baddbmm.out: torch.baddbmm, _aten.mm.default: torch.mm, _aten.addmm.default: torch.addmm,
+             _aten.bmm.default: torch.bmm, _aten.baddbmm.default: torch.baddbmm,
+             _aten.linear.default: torch._C._nn.linear, _aten.linear.out: torch._C._nn.linear}
 
 
 def base_globals() -> dict:
