@@ -143,10 +143,13 @@ def compiler_fn_for_backend(backend, *, fullgraph: bool = False, dynamic: bool |
     ``dynamic=None`` (the default, as ``torch.compile``'s): the graph is compiled for the
     sizes it first sees, and a size that changes recompiles it once with that size
     symbolic (the engine's own ``enable(dynamic=)`` decides what it lifts as symbolic);
-    a graph compiled static skips the size arithmetic and the size guards per call."""
+    a graph compiled static skips the size arithmetic and the size guards per call.
+    The graph's ``forward`` is compiled as a bound method, not the module through an
+    ``OptimizedModule``: the same capture and guards, without the module-call layers
+    (its hook checks) on every backward."""
     def compiler_fn(gm):
         with config.patch(compiled_autograd=False):  # the backward graph has no backward inside
-            return _compile(gm, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
+            return _compile(gm.forward, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
 
     return compiler_fn
 
