@@ -93,6 +93,7 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
     """
     diff_mask = meta.fw_output_differentiable()
     mutated_data = [i for i in meta.mutated_inputs if meta.inputs[i].mutates_data]
+    all_differentiable = all(diff_mask) and len(diff_mask) == num_fw_outs
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
@@ -115,6 +116,8 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
             ctx.saved_syms = syms
             ctx.num_args = len(args)
             ctx.tangent_meta = [(o.shape, o.dtype, o.device) for o, d in zip(fw_outs, diff_mask) if d]
+            if all_differentiable:
+                return tuple(fw_outs)
             result = []
             for o, d in zip(fw_outs, diff_mask):
                 if isinstance(o, torch.Tensor) and not d:
@@ -149,7 +152,11 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
         @staticmethod
         def _compiled_autograd_key(ctx):
             # The saved SymInts are baked into a compiled-autograd capture: part of its key.
-            return (ctx._autograd_function_id, *(int(s) for s in ctx.saved_syms))
+            # (Asked by the engine on every compiled-autograd backward.)
+            syms = ctx.saved_syms
+            if not syms:
+                return (ctx._autograd_function_id,)
+            return (ctx._autograd_function_id, *[int(s) for s in syms])
 
         if bw_module is not None or load_bw_module is not None:
             @staticmethod

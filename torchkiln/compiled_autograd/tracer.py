@@ -474,10 +474,15 @@ class AutogradCapture:
             graph.erase_node(node)
 
     def _dce(self) -> None:
+        """Dead nodes out; ``inputs[i]`` reads no node uses go too (a leaf that only
+        ``CompiledBackward`` accumulates into, a saved tensor no formula read): the
+        compiled graph then neither receives, guards nor checks the strides of them
+        (hooked_small: 9 of 28 inputs)."""
         impure = {call_hook, call_backward, call_backward_opaque, runtime.accumulate_grads}
         keep = set()
         for ph in self.tracer.graph.find_nodes(op="placeholder"):
-            keep.update(ph.users)
+            if ph.target != "inputs":
+                keep.update(ph.users)
 
         def is_impure(node):
             return node in keep or (node.op == "call_function" and node.target in impure) or node.is_impure()
