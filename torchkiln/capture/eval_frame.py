@@ -302,6 +302,13 @@ def _make_binder(fn: types.FunctionType) -> Callable[[tuple, dict], dict]:
     return binder
 
 
+_functorch_active = torch._C._are_functorch_transforms_active
+"""True inside ``torch.func.grad``/``vmap``/``jvp``/``jacrev``...: a compiled frame entered
+there runs eagerly (its arguments are functorch's wrapped tensors, which the cached
+entries were not built for and which the AOT runtime's ``autograd.Function`` cannot
+take; torch.compile captures through the transform instead)."""
+
+
 def _make_wrapper(fn: types.FunctionType, ctx: CompileContext) -> Callable:
     fc = frame_cache_for(fn)
     hot = fc.hot
@@ -310,7 +317,7 @@ def _make_wrapper(fn: types.FunctionType, ctx: CompileContext) -> Callable:
     tls = api._tls
 
     def compiled(*args, **kwargs):
-        if getattr(tls, "disabled", False):
+        if getattr(tls, "disabled", False) or _functorch_active():
             return fn(*args, **kwargs)
         f_locals = binder(args, kwargs)
         try:  # free unless a guard raises; a guard that raises counts as failed
