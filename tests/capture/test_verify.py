@@ -5,6 +5,7 @@ import types
 import warnings
 
 import pytest
+import torch
 
 import torchkiln
 from torchkiln.capture import resume
@@ -124,3 +125,31 @@ def test_resume_function_failing_verification_runs_eagerly(monkeypatch):
     assert out == 2 and xs == [1, 2]
     assert sum("failed verification" in str(x.message) for x in w) == 1
     resume._cache.clear()
+
+
+def _long_columns(x, tag=None):
+    y = x + 1
+    torchkiln.graph_break()
+    m = str(
+                                                                                                                                        tag)  # noqa: E501 - column 136, one line below
+    return y * 2, m
+
+
+def test_resume_after_columns_past_127_keeps_its_lines():
+    """The bytecode library encodes columns 128..255 one or two lines down in a form
+    CPython misreads (shifted lines, a line range past the code: transformers'
+    ``deprecate_kwarg`` wrapper was refused); resume code drops those columns instead."""
+    torchkiln.reset()
+    code = _long_columns.__code__
+    assert any((c or 0) >= 128 for _, _, c, _ in code.co_positions())
+    x = torch.ones(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a verification failure warns
+        got = torchkiln.compile(_long_columns, backend="eager")(x)
+    assert torch.equal(got[0], _long_columns(x)[0]) and got[1] == "None"
+    made = [c for c in resume._cache.values() if c.co_name.startswith("torchkiln_resume_in__long_columns")]
+    assert made
+    for c in made:
+        verify_code(c, resume._placeholder_closure(c))
+        lines = {line for _, _, line in c.co_lines() if line is not None}
+        assert lines <= set(range(code.co_firstlineno, code.co_firstlineno + 6))

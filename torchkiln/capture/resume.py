@@ -18,6 +18,7 @@ from __future__ import annotations
 import types
 
 from bytecode import Bytecode, Instr, Label
+from bytecode.instr import InstrLocation
 
 from .verify import verify_code
 
@@ -101,8 +102,27 @@ def _source_items(code: types.CodeType):
     hit = _SOURCE_ITEMS.get(id(code))
     if hit is None or hit[0] is not code:
         bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
-        hit = _SOURCE_ITEMS[id(code)] = (code, bc, tuple(bc))  # keeps ``code`` alive: its id stays unique
+        hit = _SOURCE_ITEMS[id(code)] = (code, bc, tuple(map(_encodable, bc)))  # keeps ``code`` alive
     return hit[1], hit[2]
+
+
+def _encodable(item):
+    """``item`` with a location the ``bytecode`` library encodes as CPython reads it.
+
+    The library (0.19.1) writes a location one or two lines below the previous one with
+    columns 128..255 in the "one-line" form, whose column bytes CPython requires below
+    128: CPython's line iterator (``co_lines``, tracebacks, ``f_lineno``) then takes a
+    column byte for the start of the next entry and every line after it is shifted, the
+    last range running past the code (found on transformers' ``deprecate_kwarg`` wrapper,
+    whose f-string messages start past column 128; verify_code rightly refused it).
+    Such an instruction keeps its lines and drops its columns (tracebacks lose the
+    caret under it, nothing else)."""
+    loc = getattr(item, "location", None)
+    if loc is None or loc.col_offset is None or (loc.col_offset < 128 and (loc.end_col_offset or 0) < 128):
+        return item
+    item = item.copy()
+    item.location = InstrLocation(loc.lineno, None, None, None)
+    return item
 
 
 def translator_items(code: types.CodeType):
