@@ -236,8 +236,8 @@ def test_infinite_float_global_guard_holds():
     assert counter.frame_count == 1
 
 
-def test_guard_hoists_module_list_slices():
-    # self.layers[:2] is a source step [slice(None, 2, None)]: computed once per guard
+def test_guard_builds_no_module_list_slice():
+    # self.layers[:2]'s children are read on self.layers: the guard never builds the slice
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -251,4 +251,4 @@ def test_guard_hoists_module_list_slices():
     net = Net()
     x = torch.randn(2, 4)
     entry = capture(Net.forward, net, x)
-    assert str(entry.guard).count("[slice(None, 2, None)]") == 1, str(entry.guard)
+    assert str(entry.guard).count("slice(") == 0, str(entry.guard)

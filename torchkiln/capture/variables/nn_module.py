@@ -28,6 +28,9 @@ def _child_source(source, name):
     return f"{source}._modules[{name!r}]"
 
 
+_SLICEABLE = (torch.nn.ModuleList, torch.nn.Sequential)  # exact types: their __getitem__ slices positionally
+
+
 def _example(vt):
     """The example (fake) value of an argument tracker, through containers."""
     from .containers import BaseListVariable, DictVariable, NamedTupleVariable
@@ -52,9 +55,18 @@ _MODULE_API = {"parameters", "named_parameters", "buffers", "named_buffers", "ch
 
 
 class NNModuleVariable(VariableTracker):
-    def __init__(self, value: torch.nn.Module, source=None):
+    def __init__(self, value: torch.nn.Module, source=None, child_sources: dict | None = None):
         self.value = value
         self.source = source
+        # a slice of a container: its children's sources on the sliced container (so the
+        # guard reads them there instead of building the slice on every call); the slice's
+        # own structure follows from the container's guarded type and keys
+        self.child_sources = child_sources
+
+    def _child(self, name):
+        if self.child_sources is not None:
+            return self.child_sources[name]
+        return _child_source(self.source, name)
 
     def python_type(self):
         return type(self.value)
@@ -63,8 +75,8 @@ class NNModuleVariable(VariableTracker):
         return True
 
     def _guard_keys(self, tx, *dicts):
-        if self.source is None:
-            return
+        if self.source is None or self.child_sources is not None:
+            return  # a slice's keys: the sliced container's (guarded there)
         for d in dicts:
             tx.output.guards.add(f"list({self.source}.{d}.keys()) == {tx.output.guards.const(list(getattr(self.value, d)))}")
 
@@ -93,7 +105,7 @@ class NNModuleVariable(VariableTracker):
             sub = mod._modules[name]
             if sub is None:
                 return ConstantVariable(None)
-            return wrap(tx, sub, _child_source(self.source, name)) if self.source else NNModuleVariable(sub)
+            return wrap(tx, sub, self._child(name)) if self.source else NNModuleVariable(sub)
         return generic_getattr(tx, self, mod, name)
 
     # -- calling --------------------------------------------------------------------------
@@ -164,7 +176,7 @@ class NNModuleVariable(VariableTracker):
     def _wrap_child(self, tx, name, m):
         from .builder import wrap
 
-        return wrap(tx, m, _child_source(self.source, name)) if self.source else NNModuleVariable(m)
+        return wrap(tx, m, self._child(name)) if self.source else NNModuleVariable(m)
 
     def _named(self, tx, kind, recurse=True, prefix="", remove_duplicate=True):
         from .builder import wrap, wrap_constant_like
@@ -278,14 +290,29 @@ class NNModuleVariable(VariableTracker):
         if isinstance(mod, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ParameterList)):
             self._guard_keys(tx, "_modules" if not isinstance(mod, torch.nn.ParameterList) else "_parameters")
             value = mod[index]
+            if self.child_sources is not None and not isinstance(index, slice):
+                return wrap(tx, value, self.child_sources[list(mod._modules)[index]])
             src = item_source(self.source, index)
-            if isinstance(index, slice):
-                return wrap(tx, value, src) if src else wrap_constant_like(tx, value)
+            if isinstance(index, slice) and src and type(mod) in _SLICEABLE and type(value) is type(mod):
+                return self._slice(tx, value, index, src)
             return wrap(tx, value, src) if src else wrap_constant_like(tx, value)
         getitem = mro_lookup(type(mod), "__getitem__")
         if getitem is not _MISSING:
             return self.var_getattr(tx, "__getitem__").call_function(tx, [index_vt], {})
         unsupported(f"indexing {type(mod).__name__}")
+
+    def _slice(self, tx, value, index, src):
+        """``container[a:b]`` of a ModuleList or Sequential: a new container of the same
+        type holding the items at those positions (renumbered in a ModuleList).  Its
+        children's sources are the sliced container's, so the guard never builds the
+        slice (``layers[:n]``: a ModuleList made per call, ~17 us on hf_llama).  The
+        container's type and keys are guarded (by the caller), and so is what the slice is
+        made by: the class's ``__getitem__`` and ``__init__``."""
+        for name in ("__getitem__", "__init__"):
+            tx.output.guards.class_lookup(type(self.value), name)
+        originals = list(self.value._modules)[index]
+        children = {new: self._child(old) for new, old in zip(value._modules, originals)}
+        return NNModuleVariable(value, src, children)
 
     def unpack_var_sequence(self, tx):
         mod = self.value
