@@ -510,7 +510,7 @@ class ModuleReads:
             if c in absent:
                 checks.append(f"{proxy}.keys().isdisjoint({const(frozenset(absent[c]))})")
             for name, value in present.get(c, {}).items():
-                checks.append(f"{proxy}.get({name!r}) is {const(value)}")
+                checks.append(f"{proxy}[{name!r}] is {const(value)}")  # deleted: raises, fails
         if self._names:
             checks.append(f"{const(_MODULE_GETATTR)}.__code__ is {const(_MODULE_GETATTR_CODE)}")
         return checks

@@ -1,0 +1,63 @@
+"""The class checks a guard runs as C-level loops (guards._batched_class_checks) still
+see each change of a class capture relied on: eager's result after each."""
+import pytest
+import torch
+
+import torchkiln
+from torchkiln.capture import eval_frame
+
+
+class Base(torch.nn.Module):
+    scale = 3.0
+
+
+def _make():
+    class Inner(torch.nn.Linear):
+        pass
+
+    class M(Base):
+        scale = None
+
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner(2, 2)
+            self.other = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            y = self.other(self.inner(x))
+            return y * 2 if self.scale is None else y * self.scale
+    return M, Inner
+
+
+def _guard_sources():
+    return [e.guard.source_text for fc in eval_frame._frame_caches.values() for _, e in fc.entries]
+
+
+@pytest.mark.parametrize("change", ["delete_none", "set_subclass_attr", "add_on_base", "replace_forward",
+                                    "add_shadowing_name", "new_base"])
+def test_class_change_recompiles(change):
+    torchkiln.reset()
+    M, Inner = _make()
+    m = M()
+    cm = torchkiln.compile(m, backend="eager")
+    x = torch.randn(2, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(cm(x), m(x))
+        assert any("___all(___map(" in g for g in _guard_sources())  # the batched form runs
+        if change == "delete_none":
+            del M.scale  # Base.scale = 3.0 is found now
+        elif change == "set_subclass_attr":
+            M.scale = 5.0
+        elif change == "add_on_base":
+            Inner.forward = lambda self, x: x + 1
+        elif change == "replace_forward":
+            torch.nn.Linear.forward, orig = (lambda self, x: x - 1), torch.nn.Linear.forward
+        elif change == "add_shadowing_name":
+            M.inner = property(lambda self: torch.nn.Identity())  # a class attribute wins over __getattr__
+        elif change == "new_base":
+            M.__bases__ = (torch.nn.Module,)  # another __mro__
+        try:
+            torch.testing.assert_close(cm(x), m(x))
+        finally:
+            if change == "replace_forward":
+                torch.nn.Linear.forward = orig
