@@ -162,27 +162,17 @@ def test_record_grammar():
     for bad in BAD_EXPRS:
         with pytest.raises(warm_start.NotRecordable):
             warm_start.check_exprs(GOOD_EXPRS + [bad])
-    # guard parts are checked in the guard function that runs (their shared prefixes hoisted)
-    good = [[text, None] for text in GOOD_EXPRS + ["L['a'].b.c == 1", "L['a'].b.d is None"]]
-    warm_start._RecordGuard(dict(warm_start._FIXED_ENV), good)
-    good.append(["L['a'].size(0) == L['a'].size()[0]", None])  # hoisted: ___v1 = ___v0.size; ___v1(0)
-    for bad in BAD_EXPRS + ["1):\n        return True\n    if not (1", "L['a'].b.__class__"]:
+    # a size part's source (read by failure reasons) and a full-shape part's expected sizes
+    # (evaluated by automatic dynamic) are checked too, before the guard is built
+    assert warm_start._size_sources([["L['x'].shape == (4, 8)", ["L['x']", None]], ["L['x'].size(0) == 4", ["L['x']", 0]],
+                                     ["L['x'].stride() == (8, 1)", ["L['x']", "stride"]]]) == ["L['x']"] * 3
+    with pytest.raises(warm_start.NotRecordable):
+        warm_start.check_exprs(warm_start._size_sources([["len(L['x']) == 2", ["___ran.append(1)", 0]]]))
+    for forged in (["L['x'] == 'a == __import__(\"os\") #'", ["L['x']", None]],
+                   ["L['x'].shape == (4, 8)", ["L['y']", None]], ["L['x'].size(0) == 4", ["L['x']", "other"]]):
         with pytest.raises(warm_start.NotRecordable):
-            warm_start._RecordGuard(dict(warm_start._FIXED_ENV), good + [[bad, None]])
-    for forged in ("def ___guard(L):\n    ___v0 = L['a'].size\n    ___v0 = L['a'].numpy\n"
-                   "    if not (___v0()):\n        return False\n    return True\n",
-                   "def ___guard(L):\n    ___v0 = L['a'].numpy\n    if not (___v0()):\n        return False\n    return True\n",
-                   "def ___guard(L):\n    import os\n    return True\n",
-                   "def ___guard(L, M=print):\n    return True\n"):
-        with pytest.raises(warm_start.NotRecordable):
-            warm_start._check_guard_source(forged, forged.count("if not"))
-    # a size part's source is evaluated only on the failure path: checked there, never run
-    ran = []
-    env = dict(warm_start._FIXED_ENV, ___ran=ran)
-    forged = warm_start._RecordGuard(env, [["len(L['x']) == 2", ["___ran.append(1)", 0]]])
-    assert forged.check({"x": [1]}) is False
-    assert forged.failure_reason({"x": [1]}) is None and forged.size_failures({"x": [1]}) in ({}, None)
-    assert ran == []
+            warm_start._size_sources([forged])
+
 
 def test_str_set_order_is_not_recorded():
     """A frame that iterated a set of strings is not recorded: str hashing is salted per

@@ -69,7 +69,8 @@ class GuardBuilder:
         self._reads = None  # guard_reads.ModuleReads, made on first use
         self.parts: list[GuardPart] = []
         self._seen: set[str] = set()
-        self._consts = 0
+        # past the constants ``env`` names already (a warm-start record's ``___c<n>``)
+        self._consts = 1 + max((int(k[4:]) for k in env if k[:4] == "___c" and k[4:].isdigit()), default=-1)
         self.tensor_sources: list[str] = []
         self._lookups: dict[type, set[str]] = {}  # class -> names capture looked up on it
 

@@ -66,7 +66,7 @@ from .source import hoist_shared_prefixes
 
 log = logging.getLogger("torchkiln.cache")
 NAMESPACE = "frames"
-FORMAT = 3
+FORMAT = 4  # 4: class lookups
 MAX_RECORDS = 8  # per frame key (recompiles for other shapes, dtypes...)
 
 _captured: set[str] = set()  # frame keys captured in this process: their records are not used here
@@ -371,13 +371,12 @@ def _check_tree(texts: list, text: str) -> set[str]:
     return _check_nodes([tree], text)
 
 
-def _check_nodes(stack: list, text: str, methods: frozenset = frozenset()) -> set[str]:
+def _check_nodes(stack: list, text: str) -> set[str]:
     """The names used by the expression trees in ``stack`` (consumed); raises
     NotRecordable at the first node outside the grammar.  Every node is visited (a
     stack, not ``ast.walk``'s generators: a record has thousands of nodes, checked each
     time it is loaded); its exact type must be one of the grammar's (``ast.parse``
-    makes no subclasses).  ``methods``: hoisted locals that hold a bound method of
-    ``_METHODS`` (``___v1 = ___v0.size``), callable as the method is."""
+    makes no subclasses)."""
     names = set()
     pop, push, children = stack.pop, stack.append, _CHILDREN
     while stack:
@@ -396,7 +395,7 @@ def _check_nodes(stack: list, text: str, methods: frozenset = frozenset()) -> se
             if not (node.id in ("L", "G") or node.id.startswith("___") or node.id in _BUILTINS):
                 raise NotRecordable(f"the name {node.id!r} in {text[:80]}")
         elif kind is ast.Call:
-            _check_call(node, text, methods)
+            _check_call(node, text)
         fields = children.get(kind)
         if fields is None:
             raise NotRecordable(f"a guard kind records cannot express ({kind.__name__}): {text[:80]}")
@@ -411,7 +410,7 @@ def _check_nodes(stack: list, text: str, methods: frozenset = frozenset()) -> se
     return names
 
 
-def _check_call(node: ast.Call, text: str, methods: frozenset = frozenset()) -> None:
+def _check_call(node: ast.Call, text: str) -> None:
     f = node.func
     if type(f) is ast.Name and f.id.startswith("___m"):  # a ModelOutput class (checked when loaded)
         if node.args or any(k.arg is None for k in node.keywords):
@@ -422,112 +421,85 @@ def _check_call(node: ast.Call, text: str, methods: frozenset = frozenset()) -> 
                 or any(k.arg is None or not _plain_attr(k.arg) for k in node.keywords)):
             raise NotRecordable(f"an object built other than by class and attribute names: {text[:80]}")
         return
-    if not ((type(f) is ast.Name and (f.id in _CALLABLE_NAMES or f.id in methods))
+    if not ((type(f) is ast.Name and f.id in _CALLABLE_NAMES)
             or (type(f) is ast.Attribute and f.attr in _METHODS)) or node.keywords:
         raise NotRecordable(f"a call records cannot express: {text[:80]}")
 
 
-_HOISTED = re.compile(r"___v\d+\Z")
+_SHAPE_TUPLE = re.compile(r"\((\d+(, \d+)*,?)?\)\Z")
 
 
-def _check_guard_source(source: str, parts: int) -> ast.Module:
-    """The parse tree of a record's guard function (``guards._guard_source``: the parts
-    with shared source prefixes hoisted into ``___v<n>`` locals), checked as a whole:
-    ``def ___guard(L):`` whose body is only ``___v<n> = <expr>``, one ``if not (<part>):
-    return False`` per part, and ``return True``, every expression within the record
-    grammar (:func:`check_exprs`).  One parse serves the check and the compile."""
-    for line in source.splitlines():
-        if any(u in line for u in _UNSAFE_IN_TEXT[2:]) or line.rstrip().endswith("\\"):
-            raise NotRecordable(f"an expression records cannot hold: {line[:80]}")
-    try:
-        tree = ast.parse(source, mode="exec")
-    except SyntaxError as e:
-        raise NotRecordable(f"a guard that does not parse: {e}") from e
-    fn = tree.body[0] if len(tree.body) == 1 else None
-    a = getattr(fn, "args", None)
-    if (type(fn) is not ast.FunctionDef or fn.name != "___guard" or fn.decorator_list or fn.returns is not None
-            or a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or a.defaults or a.kw_defaults
-            or [x.arg for x in a.args] != ["L"] or a.args[0].annotation is not None):
-        raise NotRecordable("a guard function of another shape")
-    body, exprs, ifs, methods, assigned = fn.body, [], 0, set(), set()
-    for i, st in enumerate(body):
-        kind = type(st)
-        if kind is ast.Assign and len(st.targets) == 1 and type(st.targets[0]) is ast.Name \
-                and _HOISTED.match(st.targets[0].id) and type(st.targets[0].ctx) is ast.Store \
-                and st.targets[0].id not in assigned:  # each local once (``methods`` stay methods)
-            assigned.add(st.targets[0].id)
-            exprs.append(st.value)
-            if type(st.value) is ast.Attribute and st.value.attr in _METHODS:  # ``___v1 = ___v0.size``
-                methods.add(st.targets[0].id)
-        elif (kind is ast.If and not st.orelse and type(st.test) is ast.UnaryOp and type(st.test.op) is ast.Not
-              and len(st.body) == 1 and type(st.body[0]) is ast.Return and type(st.body[0].value) is ast.Constant
-              and st.body[0].value.value is False):
-            exprs.append(st.test.operand)
-            ifs += 1
-        elif not (i == len(body) - 1 and kind is ast.Return and type(st.value) is ast.Constant
-                  and st.value.value is True):
-            raise NotRecordable(f"a guard statement records cannot hold: {kind.__name__}")
-    if ifs != parts or type(body[-1]) is not ast.Return:
-        raise NotRecordable("a guard function of another shape")
-    _check_nodes(exprs, f"{parts} guard parts", frozenset(methods))
-    return tree
+def _size_sources(parts: list) -> list:
+    """The sources of a record's size parts (read by failure reasons and automatic
+    dynamic, which also evaluate a full-shape part's expected sizes); raises
+    NotRecordable for a size part of another shape than capture writes."""
+    from ..shapes.policy import SCALAR
 
-
-class _RecordGuard:
-    """The guard of a record: one generated check function, as capture's
-    (:meth:`GuardBuilder.build`); the per-part functions that only failure reasons
-    need are made on first use.  Same interface as :class:`~.guards.Guard`."""
-
-    def __init__(self, env: dict, parts: list, unsafe=None, check=None) -> None:
-        """``check``: the generated function of an earlier _RecordGuard of the same parts."""
-        from .guards import _guard_source
-
-        self._env, self._codes, self._full, self._unsafe = env, parts, None, unsafe
-        self.source_text = _guard_source([code for code, _ in parts])
-        if check is None:
-            with nogc():  # the parse tree (tens of thousands of nodes) is acyclic: freed on return
-                tree = _check_guard_source(self.source_text, len(parts))  # what runs is what is checked
-                exec(compile(tree, "<torchkiln guard>", "exec"), env)  # noqa: S102 - checked
-                del tree
-            check = env.pop("___guard")
-        self._check = check
-        if unsafe is not None:  # ``unsafe(L)``: a call the loaded graph cannot run (load_compiled)
-            self.check = lambda L: check(L) and not unsafe(L)
+    sources = []
+    for code, size_of in parts:
+        if size_of is None:
+            continue
+        if not (isinstance(size_of, list) and len(size_of) == 2 and isinstance(size_of[0], str)):
+            raise NotRecordable(f"damaged record: a size part {str(size_of)[:80]}")
+        source, dim = size_of
+        if dim is None:
+            prefix = f"{source}.shape == "
+            ok = isinstance(code, str) and code.startswith(prefix) and _SHAPE_TUPLE.match(code[len(prefix):])
         else:
-            self.check = check
+            ok = dim in ("stride", SCALAR) or type(dim) is int
+        if not ok:
+            raise NotRecordable(f"damaged record: a size part {str(code)[:80]}")
+        sources.append(source)
+    return sources
 
-    def _guard(self):
-        if self._full is None:
-            from .guards import Guard, GuardBuilder
 
-            try:  # each part, and each size part's source, is compiled alone below
-                check_exprs([code for code, _ in self._codes]
-                            + [s[0] if isinstance(s, list) and s else "" for _, s in self._codes if s is not None])
-            except NotRecordable as e:  # a damaged record (its guard function passed the check)
-                log.warning("warm start: a record's guard parts are outside the grammar (%s)", e)
-                self._full = Guard(lambda L: False, ["<a damaged record's guard>"])
-                return self._full
-            builder = GuardBuilder(dict(self._env))
-            for code, size_of in self._codes:
-                builder.add(code, size_of=tuple(size_of) if size_of is not None else None)
-            self._full = builder.build()
-        return self._full
+def _record_guard(env: dict, parts: list, lookups: list, inputs: list, f_locals: dict):
+    """``(guard, namespace, input sources)``: a record's guard built as capture builds a
+    fresh frame's (:meth:`GuardBuilder.build` on the call's locals: the same generated
+    check, module reads past ``nn.Module.__getattr__`` and class checks for the class
+    lookups), and the graph inputs' sources as the run function reads them after the
+    guard passed.  The parts, ``lookups`` (live classes) and ``inputs`` must have been
+    checked (:func:`check_exprs`, :func:`_check_lookups`): the builder adds only reads
+    and checks of its own making."""
+    from .guards import GuardBuilder
+
+    builder = GuardBuilder(dict(env), f_locals)
+    for code, size_of in parts:
+        builder.add(code, size_of=tuple(size_of) if size_of is not None else None)
+    for cls, name in lookups:
+        builder.class_lookup(cls, name)
+    read = [builder.read_source(s) for s in inputs]
+    with nogc():
+        guard = builder.build()
+    return guard, builder.env, read
+
+
+class _UnsafeCallGuard:
+    """The guard of a record whose graph mutates inputs: a call where a mutated input
+    shares storage with another input fails it too (``unsafe(L)``, see ``load_compiled``).
+    Same interface as :class:`~.guards.Guard`."""
+
+    def __init__(self, guard, unsafe) -> None:
+        check = guard.check
+        self._guard, self._unsafe = guard, unsafe
+        self.check = lambda L: check(L) and not unsafe(L)
+        self.source_text = guard.source_text
 
     @property
     def code_parts(self) -> list:
-        return self._guard().code_parts
+        return self._guard.code_parts
 
     def failure_reason(self, f_locals):
-        reason = self._guard().failure_reason(f_locals)
-        if reason is None and self._unsafe is not None and self._unsafe(f_locals):
+        reason = self._guard.failure_reason(f_locals)
+        if reason is None and self._unsafe(f_locals):
             return "a mutated graph input shares storage with another input"
         return reason
 
     def size_failures(self, f_locals):
-        return self._guard().size_failures(f_locals)
+        return self._guard.size_failures(f_locals)
 
     def _failing(self, f_locals):
-        return self._guard()._failing(f_locals)
+        return self._guard._failing(f_locals)
 
     def __str__(self):
         return self.source_text
@@ -621,7 +593,8 @@ def _describe(tx, cg, compiled, side, exprs, allow_no_graph=False):
         for p in g.parts:
             code = _deref_calls(p.code)
             _describe_names(check_expr(code), g.env, "___c", names)
-            parts.append([code, list(p.size_of) if p.size_of is not None else None])
+            size_of = [_deref_calls(p.size_of[0]), p.size_of[1]] if p.size_of is not None else None
+            parts.append([code, size_of])
         inputs = [_deref_calls(i.source) for i in out.inputs] if aot_key is not None else []
         for s in inputs:
             _describe_names(check_expr(s), g.env, "___c", names)
@@ -637,12 +610,13 @@ def _describe(tx, cg, compiled, side, exprs, allow_no_graph=False):
         for target, _, value_name in stores:
             _describe_names(check_expr(target) | {value_name}, g.env, "___", names)
         inlined = _describe_inlined(tx.fn.__code__, getattr(out, "inlined", ()), g.env)
+        lookups = _describe_lookups(g._lookups)
     except NotRecordable as e:
         return str(e)
     except Exception as e:  # noqa: BLE001 - describing must never break a capture
         return f"{type(e).__name__}: {e}"
     return {"aot_key": aot_key, "guards": parts, "inputs": inputs, "names": names, "inlined": inlined,
-            "stores": stores, **rec}
+            "lookups": lookups, "stores": stores, **rec}
 
 
 def _describe_side_effects(tx, consts: dict) -> list:
@@ -919,6 +893,101 @@ def _describe_inlined(root: types.CodeType, inlined, env: dict | None = None) ->
     return located
 
 
+# ---- class lookups (GuardBuilder.class_lookup): what each resolved to, as data
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a class whose dict cannot change (guard_reads skips it)
+_C_DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType, types.GetSetDescriptorType,
+                  types.MemberDescriptorType, types.BuiltinFunctionType, types.ClassMethodDescriptorType,
+                  types.MethodWrapperType)
+
+
+def _fixed_class(cls) -> bool:
+    return all(c.__flags__ & _IMMUTABLE_TYPE for c in cls.__mro__)
+
+
+def _value_desc(v, depth: int = 0):
+    """A class attribute capture relied on, as data that is equal in another process
+    exactly when the attribute is the same there: a function by its module, code digest,
+    defaults and closure; property/staticmethod/classmethod by their functions; constants
+    and named objects by :func:`encode`; a C-level descriptor or a value of a torch or
+    builtin class by its type (pinned by the versions in the frame key).  Raises
+    NotRecordable for anything else."""
+    if v is None:
+        return None
+    if depth > 3:
+        raise NotRecordable("a class attribute nested too deep")
+    if isinstance(v, types.FunctionType):
+        cells = [_value_desc(c.cell_contents, depth + 1) if isinstance(c.cell_contents, types.FunctionType)
+                 else _cell_desc(c) for c in v.__closure__ or ()]
+        return ["fn", v.__module__, code_digest(v.__code__), _defaults(v), cells]
+    if isinstance(v, property):
+        return ["property", _value_desc(v.fget, depth + 1), _value_desc(v.fset, depth + 1), _value_desc(v.fdel, depth + 1)]
+    if isinstance(v, (staticmethod, classmethod)):
+        return [type(v).__name__, _value_desc(v.__func__, depth + 1)]
+    try:
+        return ["const", encode(v)]
+    except NotRecordable:
+        pass
+    t = type(v)
+    if isinstance(v, _C_DESCRIPTORS) or t.__module__.split(".")[0] in ("torch", "builtins"):
+        return ["opaque", t.__module__, t.__qualname__]
+    raise NotRecordable(f"a class attribute that cannot be described: {t.__qualname__}")
+
+
+def _cell_desc(cell):
+    try:
+        return encode(cell.cell_contents)
+    except ValueError:  # an empty cell
+        return ["empty"]
+    except NotRecordable:
+        t = type(cell.cell_contents)
+        if t.__module__.split(".")[0] in ("torch", "builtins"):
+            return ["opaque", t.__module__, t.__qualname__]
+        raise
+
+
+def _lookup_desc(cls, name: str):
+    """What ``name`` resolves to through ``cls.__mro__``: ``[owner, value]`` (None: not
+    found); a value on a class whose dict cannot change is not described."""
+    for c in cls.__mro__:
+        if name in c.__dict__:
+            if c.__flags__ & _IMMUTABLE_TYPE:
+                return [encode(c), ["fixed"]]
+            return [encode(c), _value_desc(c.__dict__[name])]
+    return None
+
+
+def _describe_lookups(lookups: dict) -> list:
+    """``[[class, name, resolution], ...]`` of every class lookup capture relied on
+    (classes whose dicts cannot change left out, as their guard does)."""
+    out = []
+    for cls, names in lookups.items():
+        if _fixed_class(cls):
+            continue
+        desc = encode(cls)
+        for name in sorted(names):
+            out.append([desc, name, _lookup_desc(cls, name)])
+    return out
+
+
+def _check_lookups(lookups: list) -> list:
+    """``[(class, name), ...]`` of a record's class lookups, each resolving as it did when
+    the record was saved; raises _Bypass for one that changed."""
+    out = []
+    for item in lookups:
+        desc, name, resolved = item
+        cls = decode(desc)
+        if not isinstance(cls, type) or not isinstance(name, str):
+            raise NotRecordable(f"damaged record: a class lookup {str(item)[:80]}")
+        try:
+            same = _lookup_desc(cls, name) == resolved
+        except NotRecordable:
+            same = False
+        if not same:
+            raise _Bypass(f"changed source: {cls.__qualname__}.{name} (a class attribute)")
+        out.append((cls, name))
+    return out
+
+
 # ---- saving and loading
 def _bypass(reason: str) -> None:
     counters["warm_start"]["bypass"] += 1
@@ -950,7 +1019,8 @@ def record(key: str, entry: CacheEntry) -> None:
         records = _read(key) or []
     except Exception:  # noqa: BLE001 - a damaged list is replaced
         records = []
-    records = [rec] + [r for r in records if r.get("guards") != rec["guards"]][:MAX_RECORDS - 1]
+    same = lambda r: r.get("guards") == rec["guards"] and r.get("lookups") == rec["lookups"]  # noqa: E731
+    records = [rec] + [r for r in records if not same(r)][:MAX_RECORDS - 1]
     from ..cache import entry as cache_entry, get_store
 
     get_store().put(NAMESPACE, key, cache_entry.pack({"format": FORMAT, "records": records}))
@@ -1056,15 +1126,14 @@ def _install(fn, f_locals, rec: dict, protocol, compile_wrapper=None) -> CacheEn
     if brk is not None:
         _check_break(brk, compile_wrapper)
     result = [] if brk is not None else [rec["result"]]
-    check_exprs(list(rec["inputs"]) + result + (_break_exprs(brk) if brk is not None else [])
-                + [store[0] for store in stores])  # the guard parts: in the guard function (_RecordGuard)
-    for code, _ in rec["guards"]:
-        if not isinstance(code, str) or "\n" in code or "\r" in code:
-            raise NotRecordable(f"an expression records cannot hold: {str(code)[:80]}")
-    guard = _RecordGuard(env, rec["guards"])
+    lookups = _check_lookups(rec["lookups"])
+    parts = rec["guards"]
+    check_exprs([code for code, _ in parts] + _size_sources(parts) + list(rec["inputs"]) + result
+                + (_break_exprs(brk) if brk is not None else []) + [store[0] for store in stores])
+    guard, env, inputs = _record_guard(env, parts, lookups, rec["inputs"], f_locals)
     if not guard.check(f_locals):
         raise _Bypass(f"guard failed: {guard.failure_reason(f_locals)}")
-    if brk is not None and rec["aot_key"] is None and not rec["inputs"]:
+    if brk is not None and rec["aot_key"] is None and not inputs:
         compiled = None  # no graph before the break
     else:
         compiled = protocol.load(rec["aot_key"])
@@ -1072,14 +1141,14 @@ def _install(fn, f_locals, rec: dict, protocol, compile_wrapper=None) -> CacheEn
             raise _Bypass("graph not in the cache")
     unsafe_call = getattr(compiled, "unsafe_call", None)
     if unsafe_call is not None:  # the graph mutates inputs: aliased ones make the guard fail
-        inputs_of = _inputs_function(rec["inputs"], env)
-        guard = _RecordGuard(env, rec["guards"], unsafe=lambda L: unsafe_call(inputs_of(L)), check=guard._check)
+        inputs_of = _inputs_function(inputs, env)
+        guard = _UnsafeCallGuard(guard, lambda L: unsafe_call(inputs_of(L)))
         if not guard.check(f_locals):
             raise _Bypass(f"guard failed: {guard.failure_reason(f_locals)}")
     if brk is not None:
-        run = _break_run_function(fn, compiled, rec["inputs"], brk, env, stores, compile_wrapper)
+        run = _break_run_function(fn, compiled, inputs, brk, env, stores, compile_wrapper)
     else:
-        run = _run_function(compiled, rec["inputs"], rec["result"], env, stores)
+        run = _run_function(compiled, inputs, rec["result"], env, stores)
     entry = CacheEntry(guard=guard, fn=lambda *args, **kwargs: run(bind_locals(fn, args, kwargs)), run=run)
     entry.warm = rec
     return entry
