@@ -17,7 +17,10 @@ torchkiln, torch, Triton and Python.  A record holds plain data only, never a pi
   expression over the graph outputs ``___o`` and sources;
 * ``aot_key``: the AOT autograd cache entry of the compiled graph;
 * ``inlined``: module, qualified name and content digest of every function capture
-  inlined (torchkiln's own code is covered by the version key).
+  inlined (torchkiln's own code is covered by the version key);
+* ``lookups``: every class lookup capture relied on (``GuardBuilder.class_lookup``) and
+  what it resolved to, as data: compared when loaded, then checked on every call by
+  the guard, which is built as a fresh capture's (module reads, class checks).
 
 In a new process the first miss of a frame (:func:`lookup`, called by
 ``convert_frame``) rebuilds each record's guard from the *live* values (constants
@@ -913,9 +916,9 @@ def _value_desc(v, depth: int = 0):
     NotRecordable for anything else."""
     if v is None:
         return None
-    if depth > 3:
-        raise NotRecordable("a class attribute nested too deep")
     if isinstance(v, types.FunctionType):
+        if depth > 3:  # a deep chain of closures: the inner functions by their code
+            return ["fn", v.__module__, code_digest(v.__code__)]
         cells = [_value_desc(c.cell_contents, depth + 1) if isinstance(c.cell_contents, types.FunctionType)
                  else _cell_desc(c) for c in v.__closure__ or ()]
         return ["fn", v.__module__, code_digest(v.__code__), _defaults(v), cells]
