@@ -82,7 +82,7 @@ def test_compile_pool_compiles_ahead(tmp_path, monkeypatch):
     source = generator.PRELUDE.format(libdevice_import="from triton.language.extra import libdevice",
                                       interpret=False) + "\n\n" + r.render(interpret=False) + "\n"
     generator.load_module(source)
-    jobs = r.precompile_jobs({}) * compile_pool.MIN_JOBS_TO_START
+    jobs = r.precompile_jobs({}) * max(compile_pool.MIN_JOBS_TO_START, compile_pool.MIN_JOBS_WHILE_STARTING)
     compile_pool.precompile(generator.module_path(source), jobs, driver.active.get_current_target()).result(timeout=300)
     from torchkiln.utils.counters import counters
 

@@ -137,8 +137,8 @@ def _load_runtime(cache_key: str, aot_config: AOTConfig) -> Optional[Callable]:
         fn_cls = make_autograd_function(graphs["fw"], lambda broadcast=(): bw, meta, facts["num_saved_tensors"],
                                         facts["num_fw_outs"], forward_in_grad_mode=facts["forward_in_grad_mode"],
                                         load_bw_module=None if data is None else functools.cache(
-                                            lambda: _load_bw_graph(data)))
-        runtime = _autograd_wrapper(fn_cls, meta)
+                                            lambda: _load_bw_graph(data)), in_graph=facts.get("in_graph", ()))
+        runtime = _autograd_wrapper(fn_cls, meta, facts.get("in_graph", ()))
     runtime.meta = meta
     runtime.cache_key = cache_key  # where it came from (capture's warm start records it)
     return runtime
@@ -250,6 +250,11 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
     num_saved_syms = sum(1 for n in saved if not isinstance(n.meta.get("val"), torch.Tensor))
     if trace.enabled:
         _trace_partition(saved, aot_config.aot_id)
+    in_graph = _in_graph_mutations(fw_gm, meta, fake_args) if aot_config.keep_inference_input_mutations else []
+    if in_graph:
+        _write_mutations_in_graph(fw_gm, meta, in_graph)
+        num_fw_outs -= len(in_graph)
+        counters["aot_autograd"]["mutations_in_graph"] += len(in_graph)
     fw_gm.graph.output_node().meta["user_visible_outputs"] = num_fw_outs
     with torch.no_grad():
         fw_compiled = aot_config.fw_compiler(fw_gm, _placeholder_vals(fw_gm))
@@ -278,14 +283,70 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
     grad_mode_kernels = any(n.target is torch.ops.aten.mkldnn_rnn_layer.default for n in fw_gm.graph.nodes)
     fn_cls = make_autograd_function(fw_compiled, get_bw, meta, len(saved) - num_saved_syms, num_fw_outs,
                                     forward_in_grad_mode=grad_mode_kernels,
-                                    broadcast_ok=broadcast_positions(bw_gm), bw_module=bw_gm)
-    runtime = _autograd_wrapper(fn_cls, meta)
+                                    broadcast_ok=broadcast_positions(bw_gm), bw_module=bw_gm, in_graph=in_graph)
+    runtime = _autograd_wrapper(fn_cls, meta, in_graph)
     runtime.fw_module = fw_gm
     runtime.bw_module = bw_gm
     runtime.cache_parts = None if bw_now is None else {
         "fw": fw_compiled, "bw": bw_now, "num_saved_tensors": len(saved) - num_saved_syms,
-        "num_fw_outs": num_fw_outs, "forward_in_grad_mode": grad_mode_kernels}
+        "num_fw_outs": num_fw_outs, "forward_in_grad_mode": grad_mode_kernels, "in_graph": in_graph}
     return runtime
+
+
+def _in_graph_mutations(fw_gm: torch.fx.GraphModule, meta: ViewAndMutationMeta, fake_args: list) -> list:
+    """The mutated inputs whose new value the compiled forward writes itself (an
+    ``aten.copy_`` at the end of the forward graph) instead of returning it for the
+    epilogue's ``copy_``: data-only mutations of inputs that do not require grad and
+    whose new value needs none (batch norm's running statistics), as torch.compile's
+    ``MUTATED_IN_GRAPH`` for training graphs.  Left to the epilogue: an input the
+    forward also returns or saves for the backward (itself or a view of it: the
+    backward would read the new value) and an input with broadcast (stride-0) dims."""
+    n_mut = len(meta.mutated_inputs)
+    placeholders = [n for n in fw_gm.graph.nodes if n.op == "placeholder"]
+    outs = list(fw_gm.graph.output_node().args[0])
+    returned = _returned_aliases(outs[n_mut:])
+    kept = []
+    for k, i in enumerate(meta.mutated_inputs):
+        info, fake = meta.inputs[i], fake_args[i]
+        if (info.mutates_metadata or info.mutates_storage or not info.mutates_data or info.requires_grad
+                or info.mutation_needs_grad or not isinstance(fake, torch.Tensor) or fake.layout != torch.strided
+                or i >= len(placeholders) or placeholders[i] in returned or not isinstance(outs[k], torch.fx.Node)
+                or any(st == 0 and sz != 1 for sz, st in zip(fake.shape, fake.stride()))):
+            continue
+        kept.append(i)
+    return kept
+
+
+def _returned_aliases(outs: list) -> set:
+    """Graph nodes that ``outs`` are or view (through view ops and getitem)."""
+    found, stack = set(), [o for o in outs if isinstance(o, torch.fx.Node)]
+    while stack:
+        n = stack.pop()
+        if n in found:
+            continue
+        found.add(n)
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.args \
+                and isinstance(n.args[0], torch.fx.Node) and (n.target.is_view or n.target is torch.ops.aten.alias.default):
+            stack.append(n.args[0])
+    return found
+
+
+def _write_mutations_in_graph(fw_gm: torch.fx.GraphModule, meta: ViewAndMutationMeta, kept: list) -> None:
+    """``fw_gm`` ends with ``aten.copy_(input, new value)`` for each input in ``kept``
+    and no longer returns those new values (its outputs shift left)."""
+    graph = fw_gm.graph
+    out_node = graph.output_node()
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    outs = list(out_node.args[0])
+    drop = set()
+    with graph.inserting_before(out_node):
+        for k, i in enumerate(meta.mutated_inputs):
+            if i in kept:
+                copy = graph.call_function(torch.ops.aten.copy_.default, (placeholders[i], outs[k]))
+                copy.meta["val"] = placeholders[i].meta.get("val")
+                drop.add(k)
+    out_node.args = (tuple(o for k, o in enumerate(outs) if k not in drop),)
+    fw_gm.recompile()
 
 
 def _restride_saved(fw_gm, bw_gm, strides, num_fw_outs: int) -> None:
@@ -312,8 +373,8 @@ def _restride_saved(fw_gm, bw_gm, strides, num_fw_outs: int) -> None:
         ph.meta["traced_val"] = val  # what the users' fake values were computed from
 
 
-def _autograd_wrapper(fn_cls, meta: ViewAndMutationMeta) -> Callable:
-    returned = list(meta.mutated_inputs)
+def _autograd_wrapper(fn_cls, meta: ViewAndMutationMeta, in_graph=()) -> Callable:
+    returned = [i for i in meta.mutated_inputs if i not in in_graph]
     apply = function_apply(fn_cls)
     if nothing_to_finish(meta, returned):
         n_out = len(meta.outputs)

@@ -72,7 +72,8 @@ class _NoDoubleBackward(torch.autograd.Function):
 def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], meta: ViewAndMutationMeta,
                            num_saved_tensors: int, num_fw_outs: int, forward_in_grad_mode: bool = False,
                            broadcast_ok: frozenset = frozenset(), bw_module: torch.fx.GraphModule | None = None,
-                           load_bw_module: Callable[[], torch.fx.GraphModule | None] | None = None):
+                           load_bw_module: Callable[[], torch.fx.GraphModule | None] | None = None,
+                           in_graph=()):
     """The ``autograd.Function`` class for one compiled forward/backward pair.
 
     ``forward(ctx, *args)`` takes the graph inputs (tensors and SymInts) and returns the
@@ -90,9 +91,14 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
     does not load; compiled autograd then calls the compiled backward), called when
     compiled autograd first traces this backward (an AOT autograd cache hit parses the
     stored graph only then).
+    ``in_graph``: mutated inputs the forward graph writes itself; their new values are
+    not among its outputs.
     """
     diff_mask = meta.fw_output_differentiable()
-    mutated_data = [i for i in meta.mutated_inputs if meta.inputs[i].mutates_data]
+    if in_graph:
+        diff_mask = [d for k, d in enumerate(diff_mask) if k >= len(meta.mutated_inputs)
+                     or meta.mutated_inputs[k] not in in_graph]
+    mutated_data = [i for i in meta.mutated_inputs if meta.inputs[i].mutates_data and i not in in_graph]
     all_differentiable = all(diff_mask) and len(diff_mask) == num_fw_outs
 
     class CompiledFunction(torch.autograd.Function):

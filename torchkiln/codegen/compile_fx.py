@@ -419,7 +419,10 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None
             compilers = {"fw_compiler": CUDAGraphCompiler(compile_fx_inner, training=True),
                          "bw_compiler": CUDAGraphCompiler(compile_fx_inner, training=True),
                          "inference_compiler": CUDAGraphCompiler(frozen or compile_fx_inner, training=False)}
-        compiled = aot_module_simplified(gm, example_inputs, decompositions=decompositions(), **compilers)
+        # input mutations that need no grad (batch-norm running statistics) are stores of
+        # the compiled graphs, not copies after them (as torch.compile's inductor backend)
+        compiled = aot_module_simplified(gm, example_inputs, decompositions=decompositions(),
+                                         keep_inference_input_mutations=True, **compilers)
         if frozen is not None or cudagraphs:  # frame_cache.load rebuilds the default compilers only
             compiled.aot_cache_key = None
         return compiled

@@ -25,7 +25,7 @@ from . import mkldnn
 from . import split_reduction
 from .ir import Constant, IndexValue, Masked, Op
 from .nodes import (
-    Buffer, ExternKernel, InputBuffer, Layout, MultiOutput, MutationBuffer, Pointwise, Reduction, ReinterpretView,
+    Buffer, ComputedBuffer, ExternKernel, InputBuffer, Layout, MultiOutput, MutationBuffer, Pointwise, Reduction, ReinterpretView,
     Scatter, TensorBox, View, broadcast_loader, cast, compute_dtype, current_graph, loader_for, to_sympy,
 )
 
@@ -1100,7 +1100,16 @@ def copy_(dst, src, non_blocking=False):
 
 
 def _fresh_copy(x: TensorBox):
-    """A new buffer holding ``x`` (contiguous), that a scatter then writes into."""
+    """A new buffer holding ``x`` (contiguous), that a scatter then writes into; or
+    ``x``'s own buffer when the node being lowered is its only reader (a chain of
+    ``out = out.index_add(...)``: each writes into the last one's buffer, as
+    TorchInductor's reinplacing of scatters does, instead of copying it first)."""
+    data = x.data
+    node = current_graph().current_node
+    arg = node.args[0] if node is not None and node.args else None
+    if (isinstance(data, ComputedBuffer) and not isinstance(data, MutationBuffer) and isinstance(arg, torch.fx.Node)
+            and len(arg.users) == 1):
+        return data
     load = x.make_loader()
     copy = TensorBox(Pointwise(list(x.get_size()), x.dtype, x.device, load))
     return copy.realize()
@@ -1135,6 +1144,39 @@ def scatter(x, dim, index, src, reduce=None):
 
     return _scatter_into(out, isize, lambda idx: cast(sload(idx), out.dtype), store_index,
                          "atomic_add" if add else None)
+
+
+def _triton_device(dev) -> bool:
+    from .config import config
+
+    return dev.type == "cuda" or (dev.type == "cpu" and config.cpu_backend == "triton")
+
+
+@register(aten.index_add.default)
+def index_add(x, dim, index, source, *, alpha=1):
+    """``x.index_add(dim, index, source, alpha=alpha)`` for Triton kernels: a scatter with
+    atomic adds (index checked, negatives raise as eager), into ``x``'s own buffer when
+    nothing else reads it (:func:`_fresh_copy`); for C++ kernels ATen's."""
+    xs, ss = list(x.get_size()), list(source.get_size())
+    if (not _triton_device(x.device) or not xs or len(ss) != len(xs) or len(index.get_size()) != 1
+            or x.dtype not in (torch.float32, torch.float64) or source.dtype != x.dtype):
+        return fallback_handler(x, dim, index, source, alpha=alpha)
+    dim = dim % len(xs)
+    out = _fresh_copy(x)
+    iload, sload = index.make_loader(), source.make_loader()
+    op = _user_op()
+
+    def store_index(idx):
+        sym, ind = _indirect(iload([idx[dim]]), xs[dim], op, dim, idx, ss, wrap=False)
+        sub = list(idx)
+        sub[dim] = sym
+        return out.layout.index(sub), (ind,)
+
+    def value(idx):
+        v = sload(idx)
+        return v if alpha == 1 else Op("mul", (v, Constant(alpha, x.dtype)), x.dtype)
+
+    return _scatter_into(out, ss, value, store_index, "atomic_add")
 
 
 @register(aten.index_put.default, aten._unsafe_index_put.default)

@@ -378,6 +378,10 @@ class Scheduler:
         fusion of independent nodes that share reads can."""
         buffers = list(self.graph.buffers.values())
         pending: dict[str, SchedulerNode] = {}  # deferred nodes, in graph order
+        # writes into graph inputs (AOT autograd's kept mutations: copy_ nodes at the end
+        # of the graph) come after every other buffer: an output realized after the
+        # copy_ was lowered still reads the input's old value
+        input_writes: list[SchedulerNode] = []
 
         def flush(names) -> None:
             for name in names:
@@ -389,7 +393,9 @@ class Scheduler:
         for buf in buffers:
             if isinstance(buf, ComputedBuffer):
                 node = SchedulerNode(buf)
-                if node.is_mutation:
+                if node.is_mutation and isinstance(buf.target, InputBuffer):
+                    input_writes.append(node)
+                elif node.is_mutation:
                     flush(list(pending))
                     self._schedule(node)
                 elif all(r in pending or isinstance(self.graph.buffers.get(r), InputBuffer) for r in node.reads):
@@ -403,6 +409,8 @@ class Scheduler:
                 self.position[buf.name] = len(self.entries)
                 self.entries.append(buf)
         flush(list(pending))
+        for node in input_writes:
+            self._schedule(node)
         if len(self.graph.buffers) != len(buffers):
             raise RuntimeError("a lowering created buffers while being scheduled (a bug): not compiling")
         return self
@@ -412,30 +420,57 @@ class Scheduler:
         defs = self.graph.unbacked_defs
         if defs:  # after the extern calls that bind the data-dependent sizes it reads
             earliest = max([earliest] + [self.position[defs[s]] for s in _node_symbols(node) if s in defs])
-        if node.is_mutation:  # after every earlier reader of the target; later readers follow it
-            earliest = len(self.entries)
-            self.position[node.store_name] = earliest
+        if node.is_mutation:
+            # into a kernel after every entry that reads or writes the target (they want
+            # its old value); later readers follow it (position of the target)
+            earliest = max(earliest, self._last_use(node.store_name) + 1)
         for p in reversed(range(earliest, len(self.entries))):
             if p < 0:
                 break
             entry = self.entries[p]
             if not isinstance(entry, KernelPlan):
                 continue
-            if p == earliest and not (node.reads & entry.writes()):
+            if p == earliest and not (node.reads & entry.writes()) and not _epilogue_group(entry, node):
                 continue
-            if not (node.reads & (entry.writes() | entry.reads())):
+            if not (node.reads & (entry.writes() | entry.reads())) and not _epilogue_group(entry, node):
                 continue
             joined = try_join(entry, node)
             if joined is not None:
                 self.entries[p] = joined
                 self.position[node.name] = p
+                if node.is_mutation:
+                    self.position[node.store_name] = p
                 return
         try:
             loops = build_loops(node.ranges, node.rranges, [node])
         except NotFusable as e:
             raise RuntimeError(f"cannot schedule {node.name} on its own: {e}")
         self.position[node.name] = len(self.entries)
+        if node.is_mutation:
+            self.position[node.store_name] = len(self.entries)
         self.entries.append(KernelPlan(node.ranges, node.rranges, [node], loops))
+
+    def _last_use(self, name: str) -> int:
+        """Position of the last entry that reads or writes buffer ``name`` (an extern
+        call whose reads are unknown counts), -1 if none."""
+        for p in reversed(range(len(self.entries))):
+            entry = self.entries[p]
+            if isinstance(entry, KernelPlan):
+                if name in entry.reads() or any(n.store_name == name for n in entry.nodes):
+                    return p
+            else:
+                reads = _extern_reads(entry)
+                if reads is None or name in reads or entry.name == name:
+                    return p
+        return -1
+
+
+def _epilogue_group(plan: KernelPlan, node: SchedulerNode) -> bool:
+    """Whether ``node`` (a write into a graph input) may join ``plan`` although they share
+    no buffer: ``plan`` holds only such writes over the same points (the ``+= 1`` of every
+    batch norm's ``num_batches_tracked`` in one kernel)."""
+    return node.is_mutation and not node.rranges and not plan.rranges and plan.ranges == node.ranges \
+        and all(n.is_mutation for n in plan.nodes)
 
 
 def finalize(entries, needed: set, graph, device, prefix="kernel") -> list:

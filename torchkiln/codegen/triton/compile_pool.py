@@ -132,6 +132,11 @@ def pool() -> "_Pool | None":
 # Fewer kernels than this compile at their first launch unless the pool already runs
 # (starting the workers costs seconds: an import of torch and triton each).
 MIN_JOBS_TO_START = 4
+# ... and fewer than this too while no worker has answered a job yet (the pool was
+# warmed at capture start and its workers may still be importing: a small graph's few
+# kernels compile sooner in-process than they wait for them; lstm's two small graphs
+# waited ~25 s cold on the H100 host)
+MIN_JOBS_WHILE_STARTING = 8
 
 
 def precompile(path: str, jobs: list, target) -> concurrent.futures.Future:
@@ -140,7 +145,10 @@ def precompile(path: str, jobs: list, target) -> concurrent.futures.Future:
     Done at once when the pool is disabled, not started and given few jobs, or there
     is nothing to compile."""
     done: concurrent.futures.Future = concurrent.futures.Future()
-    p = pool() if len(jobs) >= MIN_JOBS_TO_START or (jobs and _pool is not None) else None
+    if _pool is not None and stats["jobs"] == 0 and len(jobs) < MIN_JOBS_WHILE_STARTING:
+        p = None
+    else:
+        p = pool() if len(jobs) >= MIN_JOBS_TO_START or (jobs and _pool is not None) else None
     if p is None:
         done.set_result(None)
         return done
