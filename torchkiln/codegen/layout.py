@@ -55,6 +55,11 @@ def conv_prefers_channels_last(x_val, w_val, transposed) -> bool:
     return x_val.device.type == "cpu" and torch.backends.mkldnn.is_available()
 
 
+def channels_last_cuda() -> bool:
+    """Whether 2-d convolutions on CUDA run channels-last (``config.layout_optimization_cuda``)."""
+    return bool(config.layout_optimization and config.layout_optimization_cuda)
+
+
 def realize_channels_last(box: TensorBox):
     """``box`` stored channels-last: realized so if not yet, else copied when its
     layout is another one (a graph input in NCHW: one cheap pass before the conv)."""

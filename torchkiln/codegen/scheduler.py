@@ -28,6 +28,7 @@ import torch
 
 from . import ir
 from .ir import BufferArg, Load, Loop, Masked, Op, Reduce, ReductionValue, Store
+from . import layout as layout_opt
 from .nodes import (Buffer, ComputedBuffer, ExternKernel, InputBuffer, IRNode, MultiOutput, MutationBuffer, Pointwise,
                     Reduction, ReinterpretView, Scatter, cast)
 
@@ -49,7 +50,9 @@ class SchedulerNode:
         self.size = size
         self.keep = [i for i, s in enumerate(size) if s != 1]
         self.is_reduction = isinstance(data, Reduction)
-        if isinstance(data, Pointwise) and buf.layout.device.type == "cpu":
+        if isinstance(data, Pointwise) and (buf.layout.device.type == "cpu" or layout_opt.channels_last_cuda()):
+            # (on CUDA with channels-last convolutions: a kernel between them then walks
+            # NHWC memory in order, its loads and stores coalesced)
             self.keep = loop_order(self.keep, buf.layout.stride)
         self.ranges = [size[i] for i in self.keep]
         if self.is_reduction:
