@@ -73,3 +73,16 @@ def test_missing_transformers_is_a_skip(monkeypatch):
     row = measure("hf_gpt2", "training", OPTS, isolate=False)
     assert row["status"] == "skipped"
     assert row["error"] == "skipped: pip install torchkiln[models]"
+
+
+def test_worker_env_waits_passively_with_threads(monkeypatch):
+    """More than one thread: OpenMP threads sleep at barriers (spinning ones stall a shared
+    machine); one thread, or a policy the user chose, is left alone."""
+    from torchkiln.bench.suite import worker_env
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert worker_env(Options(threads=2), "/tmp/c")["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert worker_env(Options(threads=2), "/tmp/c")["TORCHKILN_CACHE_DIR"] == os.path.join("/tmp/c", "torchkiln")
+    assert "OMP_WAIT_POLICY" not in worker_env(Options(threads=1), "/tmp/c")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert worker_env(Options(threads=2), "/tmp/c")["OMP_WAIT_POLICY"] == "ACTIVE"
