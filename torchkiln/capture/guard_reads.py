@@ -323,6 +323,9 @@ class ModuleReads:
                         if kind != "dict":
                             pre += self._read_preconditions(out, orig, step[1:], kind)
                             new_step = f".__dict__[{kind!r}][{step[1:]!r}]"
+                        else:  # an instance attribute (training, eps, _forward_hooks...)
+                            pre += self._instance_read_preconditions(out, orig, step[1:])
+                            new_step = f".__dict__[{step[1:]!r}]"
                 else:
                     value = self._item(value, step)
             orig += step
@@ -352,6 +355,17 @@ class ModuleReads:
         for earlier in _DICTS[:_DICTS.index(kind)]:
             pre.append(f"{name!r} not in {base}.__dict__[{earlier!r}]")
         return pre
+
+    def _instance_read_preconditions(self, base: str, orig_base: str, name: str) -> list[str]:
+        """Checks before ``base.__dict__[name]`` stands for ``base.name`` where ``name`` is
+        an instance attribute: the module's type (its lookup is the plain one) and, with
+        the class checks, no class of its MRO has an attribute ``name`` (a data descriptor
+        would win over the instance dict).  The plain read runs through
+        ``slot_tp_getattr_hook`` (nn.Module defines ``__getattr__``: CPython does not
+        specialise it), ~65 ns more than the dict read."""
+        cls = self._env[self._types[orig_base]]
+        self._names.setdefault(cls, set()).add(name)
+        return [f"type({base}) is {self._types[orig_base]}"]
 
     # -- rewriting ----------------------------------------------------------------------
     def rewrite(self, code: str) -> list[str]:
