@@ -73,3 +73,38 @@ def test_patched_getitem_recompiles(monkeypatch):
             return torch.nn.ModuleList(list(out)[::-1]) if isinstance(idx, slice) else out
         monkeypatch.setattr(torch.nn.ModuleList, "__getitem__", reversed_getitem)
         torch.testing.assert_close(cm(x), m(x))
+
+
+class Indexed(torch.nn.Module):
+    def __init__(self, container):
+        super().__init__()
+        self.layers = container
+
+    def forward(self, x):
+        return self.layers[0](x) + self.layers[-1](x) * 2
+
+
+@pytest.mark.parametrize("kind", ["list", "seq"])
+def test_int_index_reads_the_container_dict(kind):
+    torchkiln.reset()
+    m = Indexed(_layers(kind))
+    cm = torchkiln.compile(m, backend="eager")
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(cm(x), m(x))
+        guards = [e.guard.source_text for fc in torchkiln.capture.eval_frame._frame_caches.values()
+                  for _, e in fc.entries]
+        assert not any("['layers'][0]" in g or ".layers[0]" in g for g in guards)
+        key = list(m.layers._modules)[0]
+        m.layers._modules[key] = torch.nn.Linear(4, 4)  # same type, other weights
+        torch.testing.assert_close(cm(x), m(x))
+        m.layers._modules[key] = torch.nn.Tanh()  # another type
+        torch.testing.assert_close(cm(x), m(x))
+        if kind == "list":  # [-1] is another layer now
+            m.layers.append(torch.nn.Linear(4, 4))
+        else:
+            m.layers.add_module("extra", torch.nn.Linear(4, 4))
+        torch.testing.assert_close(cm(x), m(x))
+        if kind == "list":
+            del m.layers[0]  # renumbers the keys
+            torch.testing.assert_close(cm(x), m(x))

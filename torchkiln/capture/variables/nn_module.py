@@ -292,6 +292,11 @@ class NNModuleVariable(VariableTracker):
             value = mod[index]
             if self.child_sources is not None and not isinstance(index, slice):
                 return wrap(tx, value, self.child_sources[list(mod._modules)[index]])
+            if self.source and type(mod) in _SLICEABLE and type(index) is int:
+                # ``layers[i]`` is the i-th of the (guarded) keys: read as ``layers._modules[key]``
+                # in guards and inputs, not through the container's Python __getitem__ (~1 us)
+                tx.output.guards.class_lookup(type(mod), "__getitem__")
+                return wrap(tx, value, self._child(list(mod._modules)[index]))
             src = item_source(self.source, index)
             if isinstance(index, slice) and src and type(mod) in _SLICEABLE and type(value) is type(mod):
                 return self._slice(tx, value, index, src)
