@@ -36,9 +36,19 @@ def _normalized(guard) -> list[str]:
         if isinstance(v, type(type.__dict__)):
             owner = next((c for c in gc_types() if c.__dict__ == v), None)
             return f"<dict of {_pretty(owner)}>"
+        return re.sub(r" at 0x[0-9a-f]+", "", _value(v))
+
+    def _value(v):
         if isinstance(v, frozenset):  # str hashing is salted per process: sorted
             return "frozenset(" + ", ".join(sorted(map(repr, v))) + ")"
-        return re.sub(r" at 0x[0-9a-f]+", "", _pretty(v))
+        if isinstance(v, tuple) and any(isinstance(i, (frozenset, type(type.__dict__), type({}.keys()))) for i in v):
+            return "(" + ", ".join(map(_value, v)) + ")"
+        if isinstance(v, type({}.keys())):
+            return "keys(" + ", ".join(sorted(map(repr, v))) + ")"
+        if isinstance(v, type(type.__dict__)):
+            owner = next((c for c in gc_types() if c.__dict__ == v), None)
+            return f"<dict of {_pretty(owner)}>"
+        return _pretty(v)
     return [re.sub(r"___c\d+", name, line) for line in inner.source_text.splitlines()]
 
 

@@ -5,6 +5,7 @@ the breaking calls) against eager, and print one JSON line: per case the warm-st
 counters it moved and whether capture ran (``captured``: unique graphs added)."""
 import copy
 import json
+import logging
 import os
 import sys
 
@@ -127,8 +128,21 @@ def _same(a, b):
     return type(a) is type(b) and a == b
 
 
+class _Lines(logging.Handler):  # the warm-start log of each case (misses, bypasses with their reasons)
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines = []
+
+    def emit(self, record):
+        if record.getMessage().startswith("warm start"):
+            self.lines.append(record.getMessage()[:300])
+
+
 def main() -> int:
     phase = sys.argv[1]
+    lines = _Lines()
+    logging.getLogger("torchkiln.cache").addHandler(lines)
+    logging.getLogger("torchkiln.cache").setLevel(logging.DEBUG)
     report, ok = {}, True
     for name, (fn, args) in _cases(phase).items():
         if phase == "cold" and name in ("call_other_scale", "branch_other_way", "new_object_other", "dyn_other_size",
@@ -140,6 +154,7 @@ def main() -> int:
         eager_args = copy.deepcopy(args)
         before = {k: dict(v) for k, v in counters.items()}
         del EVENTS[:]
+        del lines.lines[:]
         out = torchkiln.compile(fn, dynamic=name.startswith("dyn") or None)(*args)
         events = list(EVENTS)
         del EVENTS[:]
@@ -153,7 +168,8 @@ def main() -> int:
                         **{k: delta("warm_start", k) for k in ("hit", "miss", "bypass", "saved", "not_recordable")},
                         "reasons": {k: v - before.get("warm_start_bypass", {}).get(k, 0)
                                     for k, v in counters["warm_start_bypass"].items()
-                                    if v - before.get("warm_start_bypass", {}).get(k, 0)}}
+                                    if v - before.get("warm_start_bypass", {}).get(k, 0)},
+                        "log": list(lines.lines)}
     print(json.dumps({"ok": ok, "frames": report}))
     return 0 if ok else 1
 

@@ -992,10 +992,10 @@ def _check_lookups(lookups: list) -> list:
 
 
 # ---- saving and loading
-def _bypass(reason: str) -> None:
+def _bypass(reason: str, frame: str = "") -> None:
     counters["warm_start"]["bypass"] += 1
     counters["warm_start_bypass"][reason.split(":")[0]] += 1
-    log.info("warm start bypass: %s", reason)
+    log.info("warm start bypass: %s%s", reason, f" [{frame}]" if frame else "")
 
 
 def _read(key: str) -> list | None:
@@ -1051,6 +1051,7 @@ def lookup(fn: types.FunctionType, f_locals: dict, backend, fullgraph: bool, dyn
         return None, key
     if records is None:
         counters["warm_start"]["miss"] += 1
+        log.info("warm start miss: %s (%s)", fn.__qualname__, key)
         return None, key
     reason = "no record"
     for rec in records:
@@ -1066,8 +1067,9 @@ def lookup(fn: types.FunctionType, f_locals: dict, backend, fullgraph: bool, dyn
             reason = f"damaged record: {type(e).__name__}: {e}"
             continue
         counters["warm_start"]["hit"] += 1
+        log.debug("warm start hit: %s (%s)", fn.__qualname__, key)
         return entry, key
-    _bypass(reason)
+    _bypass(reason, fn.__qualname__)
     return None, key
 
 
