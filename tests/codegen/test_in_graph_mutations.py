@@ -87,7 +87,9 @@ def test_index_add_chain(backend, monkeypatch):
         out = torch.zeros_like(x)
         out = out.index_add(0, i, src * 2)
         out = out.index_add(0, j, src2, alpha=3)
-        return out + 1, x.index_add(1, j % 6, x[:, :5])
+        twice = (x * 1).index_add(0, i % 6, (x * 1)[:10])  # the values read the same buffer
+        same_node = (x + 0).index_put((j % 6,), (x + 0)[:5], accumulate=True)
+        return out + 1, x.index_add(1, j % 6, x[:, :5]), twice, same_node
 
     x, src, src2 = torch.randn(16, 6, device=device), torch.randn(10, 6, device=device), torch.randn(5, 6, device=device)
     i, j = torch.randint(0, 16, (10,), device=device), torch.randint(0, 16, (5,), device=device)

@@ -1108,11 +1108,23 @@ def _fresh_copy(x: TensorBox):
     node = current_graph().current_node
     arg = node.args[0] if node is not None and node.args else None
     if (isinstance(data, ComputedBuffer) and not isinstance(data, MutationBuffer) and isinstance(arg, torch.fx.Node)
-            and len(arg.users) == 1):
+            and len(arg.users) == 1 and _uses_of(node, arg) == 1):  # (not also the values: x.index_add(0, i, x))
         return data
     load = x.make_loader()
     copy = TensorBox(Pointwise(list(x.get_size()), x.dtype, x.device, load))
     return copy.realize()
+
+
+def _uses_of(node: torch.fx.Node, arg: torch.fx.Node) -> int:
+    """How many times ``node``'s arguments name ``arg``."""
+    count = [0]
+
+    def seen(a):
+        count[0] += a is arg
+        return a
+
+    torch.fx.node.map_arg((node.args, node.kwargs), seen)
+    return count[0]
 
 
 def _scatter_into(out, size, value_fn, store_index, mode):
