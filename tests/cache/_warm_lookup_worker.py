@@ -5,9 +5,11 @@ on (a property, a method, a class attribute, a subclass shadowing its base, a ba
 reached by ``super()``) and calls again, each result checked against eager.  With
 ``LC_VARIANT=1`` two classes are defined otherwise (another class constant, a subclass
 override), as a source edited between processes.  Prints one JSON line: per case the
-warm-start counters its first call moved and whether capture ran."""
+warm-start counters its first call moved, whether capture ran and (warm) whether the
+installed frame's generated guard has the lines a fresh capture's has."""
 import json
 import os
+import re
 import sys
 
 import torch
@@ -162,7 +164,31 @@ CASES = {  # name -> (frame, arguments, class changes made one after the other)
 }
 
 
+def _guard_lines(guard) -> list:
+    guard = getattr(guard, "_guard", guard)
+    return sorted(re.sub(r"___c\d+", "___c", line) for line in guard.source_text.splitlines())
+
+
+def _same_guard(frame, module, args) -> bool:
+    """The installed entry's guard against a fresh capture of the same call (constants'
+    numbering aside; the fresh capture is not installed)."""
+    from torchkiln.backends import lookup_backend
+    from torchkiln.capture import eval_frame
+    from torchkiln.capture.frame import bind_locals
+    from torchkiln.capture.symbolic_convert import capture_frame
+    from torchkiln.shapes.policy import DynamicPolicy
+
+    fn = frame.forward if module is not None else frame
+    call_args = (module, *args) if module is not None else args
+    fc = next(fc for fc in eval_frame._frame_caches.values() if fc.code is fn.__code__)
+    warm = fc.entries[0][1].guard
+    fresh = capture_frame(fn, bind_locals(fn, call_args, {}), backend=lookup_backend("inductor"), fullgraph=False,
+                          dynamic=DynamicPolicy(), compile_wrapper=lambda f: f).guard
+    return _guard_lines(warm) == _guard_lines(fresh)
+
+
 def main() -> int:
+    phase = sys.argv[1]
     report, ok = {}, True
     for name, (frame, make_args, changes) in CASES.items():
         args = make_args()
@@ -181,6 +207,8 @@ def main() -> int:
                  **{k: delta("warm_start", k) for k in ("hit", "miss", "bypass", "saved", "not_recordable")},
                  "reasons": {r: delta("warm_start_bypass", r) for r in counters["warm_start_bypass"]
                              if delta("warm_start_bypass", r)}}
+        if phase == "warm" and first["hit"]:
+            first["same_guard"] = _same_guard(frame, module if isinstance(frame, type) else None, args)
         for change in changes:
             change(args_for_change)
             results.append(bool(torch.equal(compiled(*args), eager(*args))))
