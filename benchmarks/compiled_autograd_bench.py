@@ -19,6 +19,12 @@ Times are the calling thread's CPU time (``time.thread_time``; one intra-op thre
 all compute is on it): wall time on the shared machine swung 3x between runs with load.
 Lookup overhead: a 2-layer Linear(8) model's backward with compiled autograd whose
 compiler_fn returns the graph as is, minus the eager engine's backward, per call.
+
+``--instructions``: instead of times, instructions retired per step (eager / torchkiln /
+torchkiln + CA, valgrind's callgrind; needs ``valgrind`` and its headers): deterministic,
+so a change of a few percent shows on a loaded machine where times swing 2x.  Under
+valgrind (no AVX-512) ATen runs its AVX2 kernels and the generated C++ is built without
+``-march=native``: compare instruction counts with each other, not with times.
 """
 from __future__ import annotations
 
@@ -133,13 +139,95 @@ def lookup_overhead(kind: str, repeat: int) -> float:
     return 1e3 * (ms["ca"] - ms["eager"])
 
 
+_CALLGRIND_HELPER = r"""
+#include <valgrind/callgrind.h>
+void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
+void cg_stop(const char* name) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS_AT(name); }
+"""
+
+
+def instructions_worker(name: str, steps: int, helper: str) -> None:
+    """Runs under callgrind: each variant's ``steps`` steps between the helper's
+    start/stop client requests (one dump per variant)."""
+    import contextlib
+    import ctypes
+    import functools
+
+    import torchkiln
+    import torchkiln.codegen
+
+    torchkiln.codegen.config.cpp_march_native = False  # valgrind has no AVX-512
+    torch.set_num_threads(1)
+    cg = ctypes.CDLL(helper)
+    cg.cg_stop.argtypes = [ctypes.c_char_p]
+    w0, w1, w2 = build(name), build(name), build(name)
+    ca = functools.partial(torchkiln.compiled_autograd.enable,
+                           torchkiln.compiled_autograd.compiler_fn_for_backend("inductor"))
+    variants = {"eager": step_fn(w0, w0.model, w0.model, contextlib.nullcontext),
+                "kiln": step_fn(w1, w1.model, torchkiln.compile(w1.model), contextlib.nullcontext),
+                "kiln_ca": step_fn(w2, w2.model, torchkiln.compile(w2.model), ca)}
+    for fn in variants.values():
+        for _ in range(3):
+            fn()
+    for label, fn in variants.items():
+        cg.cg_start()
+        for _ in range(steps):
+            fn()
+        cg.cg_stop(label.encode())
+
+
+def instructions(names: list[str], steps: int) -> None:
+    """Instructions per step under callgrind, per model (see the module docstring)."""
+    out = tempfile.mkdtemp(prefix="ca_bench_cg_")
+    try:
+        helper = os.path.join(out, "cg.so")
+        src = os.path.join(out, "cg.c")
+        with open(src, "w") as f:
+            f.write(_CALLGRIND_HELPER)
+        subprocess.run(["gcc", "-O2", "-shared", "-fPIC", src, "-o", helper], check=True)
+        print(f"{'model':12} {'eager Mi':>9} {'kiln Mi':>8} {'kiln+CA Mi':>10}   (instructions per step; speedup vs eager)")
+        for name in names:
+            env = dict(os.environ, TORCHKILN_CACHE_DIR=os.path.join(out, f"cache_{name}"), OMP_NUM_THREADS="1",
+                       ATEN_CPU_CAPABILITY="avx2", MKL_ENABLE_INSTRUCTIONS="AVX2")
+            prefix = os.path.join(out, f"cg_{name}")
+            subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={prefix}.%p",
+                            sys.executable, __file__, "--instructions-worker", name, str(steps), helper],
+                           env=env, capture_output=True, check=True)
+            totals = {}
+            for fname in os.listdir(out):
+                if not fname.startswith(f"cg_{name}.") or fname.count(".") < 2:
+                    continue
+                label = total = None
+                with open(os.path.join(out, fname)) as f:
+                    for line in f:
+                        if line.startswith("desc: Trigger: Client Request: "):
+                            label = line.split(": ")[-1].strip()
+                        elif line.startswith("totals:"):
+                            total = int(line.split()[1])
+                if label and total:
+                    totals[label] = total / steps / 1e6
+            e, k, c = totals["eager"], totals["kiln"], totals["kiln_ca"]
+            print(f"{name:12} {e:9.3f} {k:8.3f} {c:10.3f}   (kiln {e / k:.2f}x, kiln+CA {e / c:.2f}x)")
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="hooked_small,hooked_wide,hooked_mlp,mlp,cnn,nanogpt")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--worker", nargs=2, metavar=("KIND", "MODEL"))
+    ap.add_argument("--instructions", action="store_true", help="instructions per step under callgrind")
+    ap.add_argument("--instructions-worker", nargs=3, metavar=("MODEL", "STEPS", "HELPER"))
     args = ap.parse_args()
+    if args.instructions_worker:
+        name, steps, helper = args.instructions_worker
+        instructions_worker(name, int(steps), helper)
+        return
+    if args.instructions:
+        instructions(args.models.split(","), 10)
+        return
     if args.worker:
         kind, name = args.worker
         out = {"lookup_us": lookup_overhead(kind, args.repeat)} if name == "_lookup" else \
