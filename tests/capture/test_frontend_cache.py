@@ -485,3 +485,22 @@ def test_fast_binder_matches_bind_locals(fn):
                 binder(args, dict(kwargs))
             continue
         assert binder(args, dict(kwargs)) == expected, (fn.__name__, args, kwargs)
+
+
+def test_bind_locals_follows_replaced_defaults():
+    """A replaced ``__defaults__`` tuple is freed and its address reused by the next one:
+    the signature cache must not take that for the old tuple (it did at the 3rd value),
+    nor miss a ``__kwdefaults__`` changed in place."""
+    def h(x, k=1, *rest, **kw):
+        return x + k
+
+    for i in range(2, 500):
+        h.__defaults__ = (i,)
+        assert bind_locals(h, (), {"x": 0})["k"] == i
+
+    def f(x, *, k=1):
+        return x + k
+
+    assert bind_locals(f, (), {"x": 0})["k"] == 1
+    f.__kwdefaults__["k"] = 5
+    assert bind_locals(f, (), {"x": 0})["k"] == 5

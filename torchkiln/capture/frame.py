@@ -7,9 +7,9 @@ arguments to a frame's locals, and which modules capture never traces.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import types
+import weakref
 from typing import Any, Callable
 
 # Standard-library modules whose functions run natively (a graph break), as TorchDynamo's
@@ -59,14 +59,27 @@ class CacheEntry:
     break_reasons: list[BreakReason] = dataclasses.field(default_factory=list)
 
 
-@functools.lru_cache(maxsize=1024)
-def _signature(fn, defaults_id, kwdefaults_id) -> inspect.Signature:
-    """The signature of ``fn``'s code and defaults, cached while its defaults stay the same
-    objects.  Not ``inspect.signature(fn)``: that honours ``__signature__`` and a
-    partialmethod's ``_partialmethod``, while the frame binds by its code."""
-    bare = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-    bare.__kwdefaults__ = fn.__kwdefaults__
-    return inspect.signature(bare, follow_wrapped=False)
+_signatures: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _signature(fn) -> inspect.Signature:
+    """The signature of ``fn``'s code and current defaults.  Not ``inspect.signature(fn)``:
+    that honours ``__signature__`` and a partialmethod's ``_partialmethod``, while the
+    frame binds by its code.  Cached per function while its ``__defaults__`` is the same
+    tuple and its ``__kwdefaults__`` holds the same objects (the cache keeps both alive, so
+    a replaced tuple's address cannot come back as a false hit; the dict is compared by
+    content because it can be changed in place)."""
+    defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
+    kw_items = tuple(kwdefaults.items()) if kwdefaults else ()
+    hit = _signatures.get(fn)
+    if (hit is not None and hit[0] is defaults and len(hit[1]) == len(kw_items)
+            and all(a is c and b is d for (a, b), (c, d) in zip(hit[1], kw_items))):
+        return hit[2]
+    bare = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, defaults, fn.__closure__)
+    bare.__kwdefaults__ = kwdefaults
+    sig = inspect.signature(bare, follow_wrapped=False)
+    _signatures[fn] = (defaults, kw_items, sig)
+    return sig
 
 
 def bind_locals(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict:
@@ -80,7 +93,7 @@ def bind_locals(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict:
     if not kwargs and code.co_flags & 0x0C == 0 and len(args) == code.co_argcount and not code.co_kwonlyargcount:
         f_locals = dict(zip(code.co_varnames, args))
     else:
-        bound = _signature(fn, id(fn.__defaults__), id(fn.__kwdefaults__)).bind(*args, **kwargs)
+        bound = _signature(fn).bind(*args, **kwargs)
         bound.apply_defaults()
         f_locals = dict(bound.arguments)
     if fn.__closure__:
