@@ -255,10 +255,11 @@ class WrapperCodegen:
         ATen, without a transposed view of ``w`` made in Python per call."""
         self._fresh.add(e.name)
         w = e.args[2] if len(e.args) == 3 else None
+        linear = getattr(torch.ops.aten.linear, "out" if out else "default", None)
         if (e.op is torch.ops.aten.addmm.default and not e.kwargs and isinstance(w, ReinterpretView)
-                and self.extern_view(w) == f"{w.base.name}.t()"):
+                and linear is not None and self.extern_view(w) == f"{w.base.name}.t()"):
             args = [self.arg(e.args[1]), w.base.name, self.arg(e.args[0])]
-            op = torch.ops.aten.linear.out if out else torch.ops.aten.linear.default
+            op = linear
         else:
             args = [self.arg(a) for a in e.args] + [f"{k}={self.arg(v)}" for k, v in e.kwargs.items()]
             op = self._out_variant[e.name] if out else e.op

@@ -50,11 +50,18 @@ def extern_callable(op):
     return op
 
 
-_aten = torch.ops.aten
-_BINDINGS = {_aten.mm.out: torch.mm, _aten.addmm.out: torch.addmm, _aten.bmm.out: torch.bmm,
-             _aten.baddbmm.out: torch.baddbmm, _aten.mm.default: torch.mm, _aten.addmm.default: torch.addmm,
-             _aten.bmm.default: torch.bmm, _aten.baddbmm.default: torch.baddbmm,
-             _aten.linear.default: torch._C._nn.linear, _aten.linear.out: torch._C._nn.linear}
+def _bindings() -> dict:
+    out = {}
+    for packet, binding in (("mm", torch.mm), ("addmm", torch.addmm), ("bmm", torch.bmm), ("baddbmm", torch.baddbmm),
+                            ("linear", torch._C._nn.linear)):
+        for overload in ("default", "out"):
+            op = getattr(getattr(torch.ops.aten, packet), overload, None)  # every one in torch 2.11-2.15
+            if op is not None:
+                out[op] = binding
+    return out
+
+
+_BINDINGS = _bindings()
 
 
 def base_globals() -> dict:
