@@ -66,6 +66,34 @@ def _time_us(fn, arg, number: int, rounds: int = 7) -> float:
     return 1e6 * statistics.median(t / number for t in timer.repeat(rounds, number))
 
 
+def checked_guards(work, compiled, mode: str, ctx=contextlib.nullcontext) -> list[tuple]:
+    """``(code, guard, f_locals)`` of every guard that passes on one more step of
+    ``compiled`` (the frame caches' hot checks are wrapped for that step, then restored)."""
+    from torchkiln.capture import eval_frame
+
+    seen = []
+    saved = []
+    for fc in eval_frame._frame_caches.values():
+        saved.append((fc, list(fc.hot)))
+        new = []
+        for key, check, run in fc.hot:
+            entry = next(e for k, e in fc.entries if e.guard.check is check)
+
+            def recording(f_locals, check=check, fc=fc, entry=entry):
+                ok = check(f_locals)
+                if ok:
+                    seen.append((fc.code, entry.guard, dict(f_locals)))
+                return ok
+            new.append((key, recording, run))
+        fc.hot[:] = new
+    try:
+        step(work, compiled, mode, ctx)
+    finally:
+        for fc, hot in saved:
+            fc.hot[:] = hot
+    return seen
+
+
 def torchkiln_guards(name: str, mode: str, number: int, profile: bool) -> list[dict]:
     """One row per frame checked on a steady-state call: parts, µs, first-check result."""
     import torchkiln
@@ -83,26 +111,7 @@ def torchkiln_guards(name: str, mode: str, number: int, profile: bool) -> list[d
         work.model.eval()
     for _ in range(2):  # the second training step accumulates: its own capture
         step(work, compiled, mode, ctx)
-    seen = []
-    saved = {}
-    for fc in eval_frame._frame_caches.values():
-        saved[id(fc)] = (fc, list(fc.hot))
-        new = []
-        for key, check, run in fc.hot:
-            entry = next(e for k, e in fc.entries if e.guard.check is check)
-
-            def recording(f_locals, check=check, fc=fc, entry=entry):
-                ok = check(f_locals)
-                if ok:
-                    seen.append((fc.code, entry.guard, dict(f_locals)))
-                return ok
-            new.append((key, recording, run))
-        fc.hot[:] = new
-    try:
-        step(work, compiled, mode, ctx)
-    finally:
-        for fc, hot in saved.values():
-            fc.hot[:] = hot
+    seen = checked_guards(work, compiled, mode, ctx)
     rows = []
     for code, guard, f_locals in seen:
         row = {"frame": code.co_name, "parts": len(guard._parts), "us": _time_us(guard.check, f_locals, number)}

@@ -67,7 +67,7 @@ def child(name: str, mode: str) -> None:
     from torchkiln.capture import eval_frame
 
     sys.path.insert(0, HERE)
-    from guard_overhead import _time_us, build, step
+    from guard_overhead import _time_us, build, checked_guards, step
 
     torch.set_num_threads(1)
     work = build(name)
@@ -75,26 +75,7 @@ def child(name: str, mode: str) -> None:
     compiled = torchkiln.compile(work.model)
     for _ in range(2):
         step(work, compiled, mode)
-    seen = []
-    saved = []
-    for fc in eval_frame._frame_caches.values():
-        saved.append((fc, list(fc.hot)))
-        new = []
-        for key, check, run in fc.hot:
-            entry = next(e for k, e in fc.entries if e.guard.check is check)
-
-            def recording(f_locals, check=check, fc=fc, entry=entry):
-                ok = check(f_locals)
-                if ok:
-                    seen.append((fc.code, entry.guard, dict(f_locals)))
-                return ok
-            new.append((key, recording, run))
-        fc.hot[:] = new
-    try:
-        step(work, compiled, mode, contextlib.nullcontext)
-    finally:
-        for fc, hot in saved:
-            fc.hot[:] = hot
+    seen = checked_guards(work, compiled, mode)
     rows = [{"frame": f"{code.co_name}:{code.co_firstlineno}", "lines": _normalized(guard),
              "us": _time_us(guard.check, f_locals, 200)} for code, guard, f_locals in seen]
     print(json.dumps({"rows": rows, "warm_start": dict(torchkiln.counters["warm_start"])}))
