@@ -14,20 +14,6 @@ from torchkiln.testing import same
 from torchkiln.utils.counters import counters
 
 
-def _device(backend, monkeypatch) -> str:
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if backend == "triton" and device == "cpu":
-        pytest.importorskip("triton")
-        from torchkiln.codegen.triton.generator import interpreter_active
-
-        if not interpreter_active():
-            pytest.skip("needs TRITON_INTERPRET=1")
-        monkeypatch.setattr(torchkiln.codegen.config, "cpu_backend", "triton")
-    elif backend == "triton":
-        pytest.skip("CUDA runs Triton in the cpp case")
-    return device
-
-
 def test_batch_norm_running_stats_written_in_graph(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))  # compiled here, not loaded from a warm start
     torch.manual_seed(0)
@@ -80,8 +66,8 @@ def test_input_writes_keep_eager_order(fn):
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
-def test_index_add_chain(backend, monkeypatch):
-    device = _device(backend, monkeypatch)
+def test_index_add_chain(backend, backend_device):
+    device = backend_device
 
     def f(x, i, src, j, src2):
         out = torch.zeros_like(x)

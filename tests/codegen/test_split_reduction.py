@@ -54,28 +54,12 @@ def _spy(monkeypatch) -> list:
     return calls
 
 
-def _device(backend, monkeypatch) -> str:
-    """The device a ``backend`` case runs on: CUDA when present (Triton is its cpp case),
-    else the CPU, with Triton under its interpreter (skipped without TRITON_INTERPRET=1)."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if backend == "triton" and device == "cpu":
-        pytest.importorskip("triton")
-        from torchkiln.codegen.triton.generator import interpreter_active
-
-        if not interpreter_active():
-            pytest.skip("needs TRITON_INTERPRET=1")
-        monkeypatch.setattr(torchkiln.codegen.config, "cpu_backend", "triton")
-    elif backend == "triton":
-        pytest.skip("CUDA runs Triton in the cpp case")
-    return device
-
-
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
 @pytest.mark.parametrize("case", range(5))
-def test_split_matches_eager(case, backend, monkeypatch):
+def test_split_matches_eager(case, backend, backend_device, monkeypatch):
     fn, shape = _fns()[case]
     calls = _spy(monkeypatch)
-    device = _device(backend, monkeypatch)
+    device = backend_device
     x = torch.randn(shape, device=device)
     torchkiln.reset()
     out = torchkiln.compile(fn)(x)
@@ -123,11 +107,11 @@ def test_split_batch_norm_training(monkeypatch):
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
-def test_split_conv_batch_norm_training(backend, monkeypatch):
+def test_split_conv_batch_norm_training(backend, backend_device, monkeypatch):
     """conv -> batch norm -> relu, trained: split statistics over a convolution's output
     (channels-last on CPU with oneDNN, as on CUDA with codegen.config.layout_optimization_cuda)."""
     calls = _spy(monkeypatch)
-    device = _device(backend, monkeypatch)
+    device = backend_device
     monkeypatch.setattr(torchkiln.codegen.config, "layout_optimization_cuda", True)
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).to(device)
