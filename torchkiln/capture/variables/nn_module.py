@@ -54,6 +54,15 @@ _MODULE_API = {"parameters", "named_parameters", "buffers", "named_buffers", "ch
                "state_dict", "load_state_dict", "half", "float", "double", "__iter__"}
 
 
+def _plain_attribute_lookup(mod: torch.nn.Module) -> None:
+    """Graph-break unless ``mod``'s attributes are looked up as ``object`` does: capture
+    reads them from the instance and class dicts, where a Python ``__getattribute__``
+    could answer anything.  The lookup is recorded, so a class that gains one after
+    capture fails the guard."""
+    if mro_lookup(type(mod), "__getattribute__") is not object.__getattribute__:
+        unsupported(f"{type(mod).__name__} defines __getattribute__")
+
+
 class NNModuleVariable(VariableTracker):
     def __init__(self, value: torch.nn.Module, source=None, child_sources: dict | None = None):
         self.value = value
@@ -87,6 +96,7 @@ class NNModuleVariable(VariableTracker):
         pending = tx.output.side_effects.load_attr(self, name)
         if pending is not None:
             return pending
+        _plain_attribute_lookup(mod)
         if name in _MODULE_API and name not in mod.__dict__:
             owner = mro_lookup(type(mod), name)
             if owner is not _MISSING and getattr(owner, "__module__", "").startswith("torch.nn"):
@@ -123,6 +133,7 @@ class NNModuleVariable(VariableTracker):
         from .containers import DictVariable, TupleVariable
 
         mod = self.value
+        _plain_attribute_lookup(mod)  # Module.__call__ reads forward, hooks, training
         nn_mod = torch.nn.modules.module
         if isinstance(mod, torch.nn.RNNBase) and not config.allow_rnn and \
                 any(p.is_cuda for p in mod.parameters(recurse=False)):
