@@ -23,6 +23,9 @@ if DEV == "cpu":
 from torchkiln.bench.models import build
 from torchkiln.bench.run import _Step, peer_compiler, torchkiln_compiler
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_suite import kernel_table  # noqa: E402
+
 name, mode = sys.argv[1], sys.argv[2]
 out_dir = sys.argv[3] if len(sys.argv) > 3 else "/tmp"
 cmode = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "default" else None
@@ -69,27 +72,7 @@ for label, out in firsts.items():
         lines.append(f"{label} vs eager: compare failed {e}")
 for label in steps:
     v = sorted(times[label]); lines.append(f"{label:6s} median {1e3*v[len(v)//2]:.3f} ms  min {1e3*v[0]:.3f}")
-from torch.profiler import ProfilerActivity, profile
-
-N = 5
-for label, s in steps.items():
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        torch.cuda.synchronize(); t = time.perf_counter()
-        for _ in range(N):
-            s.step()
-        cpu_end = time.perf_counter()
-        torch.cuda.synchronize(); wall = time.perf_counter() - t
-    kern = defaultdict(lambda: [0, 0.0])
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            kern[e.name][0] += 1
-            kern[e.name][1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-    nk = sum(c for c, _ in kern.values()) / N
-    gt = sum(t for _, t in kern.values()) / N / 1e3
-    lines.append(f"== {label}: {nk:.0f} kernels/step, GPU kernel time {gt:.3f} ms/step, "
-                 f"CPU enqueue {1e3*(cpu_end-t)/N:.3f} ms/step, wall {1e3*wall/N:.3f} ms/step (profiled)")
-    for k, (c, tt) in sorted(kern.items(), key=lambda kv: -kv[1][1])[:14]:
-        lines.append(f"   {tt/N/1e3:8.3f} ms {c/N:5.1f}x  {k[:110]}")
+lines.append(kernel_table(steps, 5, top=14))
 text = "\n".join(lines)
 print(text)
 with open(os.path.join(out_dir, f"prof_{name}_{mode}{'_' + cmode if cmode else ''}.txt"), "w") as f:

@@ -44,7 +44,10 @@ _ORDER = ["hf_t5", "hf_gpt2", "hf_llama", "hf_bert", "hf_vit", "hf_resnet", "nan
 
 # --- worker (one row, in its own process) -------------------------------------------------
 
-def _kernel_table(steps: dict, n: int = 5) -> str:
+def kernel_table(steps: dict, n: int = 5, top: int = 12) -> str:
+    """``n`` profiled steps of each ``steps`` entry (label or row prefix -> a bench
+    ``_Step``): kernels per step, GPU kernel time, CPU enqueue and wall time per step, and
+    the ``top`` kernels by GPU time (also used by benchmarks/gpu_profile.py)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -69,9 +72,9 @@ def _kernel_table(steps: dict, n: int = 5) -> str:
                 kern[e.name][1] += getattr(e, "device_time_total", 0.0)
         nk = sum(c for c, _ in kern.values()) / n
         gt = sum(t for _, t in kern.values()) / n / 1e3
-        lines.append(f"  == {names[prefix]}: {nk:.0f} kernels/step, GPU kernel time {gt:.3f} ms/step, CPU enqueue "
+        lines.append(f"  == {names.get(prefix, prefix)}: {nk:.0f} kernels/step, GPU kernel time {gt:.3f} ms/step, CPU enqueue "
                      f"{1e3 * (cpu_end - t) / n:.3f} ms/step, wall {1e3 * wall / n:.3f} ms/step (profiled)")
-        for k, (c, tt) in sorted(kern.items(), key=lambda kv: -kv[1][1])[:12]:
+        for k, (c, tt) in sorted(kern.items(), key=lambda kv: -kv[1][1])[:top]:
             lines.append(f"     {tt / n / 1e3:8.3f} ms {c / n:5.1f}x  {k[:110]}")
     return "\n".join(lines)
 
@@ -103,7 +106,7 @@ def worker(spec: dict, ctl_in: int, ctl_out: int) -> None:
             ratio = row.get("ms", math.inf) / row.get("peer_ms", math.inf) if row.get("peer_ms") else 0.0
             if ratio > spec["profile_above"] and "ms" in row:
                 try:
-                    row["kernel_table"] = _kernel_table(steps)
+                    row["kernel_table"] = kernel_table(steps)
                 except Exception as exc:  # the profile is extra; the row stands
                     row["kernel_table"] = f"  profile failed: {run.first_line(exc)}"
         finally:
