@@ -12,9 +12,7 @@ re-runs them one at a time and names the first failing one the field's way, e.g.
 """
 from __future__ import annotations
 
-import ast
 import math
-import operator
 import re
 import types
 
@@ -216,7 +214,6 @@ class GuardBuilder:
         if reads is not None:
             reads.lookups = self._lookups
             codes, classes = module_read_codes(codes, reads)
-            codes = _batched_class_checks(codes, classes, self.env, self.const)
             reads.forget_values()
             self.f_locals = None  # the guard keeps no argument alive
         source = _guard_source(codes)
@@ -326,68 +323,6 @@ def _tensor_check_codes(codes: list[str], env: dict) -> list[str]:
             device = env.get(split[1])
             if type(device) is torch.device and device == cpu:
                 code = f"{split[0]}.is_cpu"
-        out.append(code)
-    return out
-
-
-_MRO_CHECK = re.compile(r"^(___c\d+)\.__mro__ is (___c\d+)$")
-_DISJOINT_CHECK = re.compile(r"^(___c\d+)\.keys\(\)\.isdisjoint\((___c\d+)\)$")
-_GET_CHECK = re.compile(r"^(___c\d+)\[(.+)\] is (___c\d+)$")
-_BATCH_ENV = {"___all": all, "___map": map, "___is": operator.is_, "___mro_of": operator.attrgetter("__mro__"),
-              "___isdisjoint": type({}.keys()).isdisjoint, "___getitem": operator.getitem}
-
-
-def _batched_class_checks(codes: list[str], classes: list[str], env: dict, const) -> list[str]:
-    """``codes`` with the class checks (``C.__mro__ is M``, ``C.__dict__``'s keys disjoint
-    from a set of names, ``C.__dict__[name] is V``; guard_reads makes one per class
-    and name, 120 on hf_llama) run as three C-level loops, one per kind, where the first
-    class check was: ``all(map(is_, map(attrgetter('__mro__'), classes), mros))`` and
-    alike (a few µs less than one generated line each).  The same checks on the same
-    live objects (a class's ``__dict__.keys()`` view follows its dict); the printed
-    parts and failure reasons keep one check each."""
-    mros, disjoint, gets, rest = [], [], [], []
-    for code in classes:
-        m = _MRO_CHECK.match(code)
-        if m and env.get(m.group(2)) is getattr(env.get(m.group(1)), "__mro__", None):
-            mros.append((env[m.group(1)], env[m.group(2)]))
-            continue
-        m = _DISJOINT_CHECK.match(code)
-        if m and type(env.get(m.group(1))) is types.MappingProxyType and type(env.get(m.group(2))) is frozenset:
-            disjoint.append((env[m.group(1)].keys(), env[m.group(2)]))
-            continue
-        m = _GET_CHECK.match(code)
-        if m and type(env.get(m.group(1))) is types.MappingProxyType and m.group(3) in env:
-            try:
-                name = ast.literal_eval(m.group(2))
-            except (ValueError, SyntaxError):
-                name = None
-            if type(name) is str:
-                gets.append((env[m.group(1)], name, env[m.group(3)]))
-                continue
-        rest.append(code)
-    if len(mros) + len(disjoint) + len(gets) < 2:
-        return codes
-    for name, value in _BATCH_ENV.items():
-        env.setdefault(name, value)
-    batched = []
-    if mros:
-        classes_, expected = zip(*mros)
-        batched.append(f"___all(___map(___is, ___map(___mro_of, {const(classes_)}), {const(expected)}))")
-    if disjoint:
-        views, names = zip(*disjoint)
-        batched.append(f"___all(___map(___isdisjoint, {const(views)}, {const(names)}))")
-    if gets:
-        proxies, names, values = zip(*gets)
-        batched.append(f"___all(___map(___is, ___map(___getitem, {const(proxies)}, {const(names)}), "
-                       f"{const(values)}))")
-    taken = set(classes) - set(rest)
-    out, placed = [], False
-    for code in codes:
-        if code in taken:
-            if not placed:
-                out += batched
-                placed = True
-            continue
         out.append(code)
     return out
 
