@@ -62,6 +62,12 @@ _TYPE_PART = re.compile(r"^type\((.*)\) is (___c\d+)$")
 _HASATTR_PART = re.compile(r"^hasattr\((.*), '([A-Za-z_][A-Za-z0-9_]*)'\) is (True|False)$")
 _NO_VALUE = object()
 _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtins and static types (attributes cannot be set)
+
+
+def fixed_class(cls: type) -> bool:
+    """True when no class of ``cls.__mro__`` can change its dict (immutable types): its
+    lookups need no per-call check (nor a warm-start record)."""
+    return all(c.__flags__ & _IMMUTABLE_TYPE for c in cls.__mro__)
 _LONG_CODE = 1000  # characters: longer parts run as they are, but for the tensor-alias check
 
 
@@ -474,7 +480,7 @@ class ModuleReads:
         object.  Classes whose dicts cannot change (immutable types) are not checked;
         a class the module and config passes check already keeps its one MRO check."""
         for cls, names in self.lookups.items():
-            if all(c.__flags__ & _IMMUTABLE_TYPE for c in cls.__mro__):
+            if fixed_class(cls):
                 continue
             if cls not in self._names and cls not in self._config_names:
                 checks.append(self._mro_check(cls))

@@ -897,14 +897,9 @@ def _describe_inlined(root: types.CodeType, inlined, env: dict | None = None) ->
 
 
 # ---- class lookups (GuardBuilder.class_lookup): what each resolved to, as data
-_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a class whose dict cannot change (guard_reads skips it)
 _C_DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType, types.GetSetDescriptorType,
                   types.MemberDescriptorType, types.BuiltinFunctionType, types.ClassMethodDescriptorType,
                   types.MethodWrapperType)
-
-
-def _fixed_class(cls) -> bool:
-    return all(c.__flags__ & _IMMUTABLE_TYPE for c in cls.__mro__)
 
 
 def _value_desc(v, depth: int = 0):
@@ -951,6 +946,8 @@ def _cell_desc(cell):
 def _lookup_desc(cls, name: str):
     """What ``name`` resolves to through ``cls.__mro__``: ``[owner, value]`` (None: not
     found); a value on a class whose dict cannot change is not described."""
+    from .guard_reads import _IMMUTABLE_TYPE
+
     for c in cls.__mro__:
         if name in c.__dict__:
             if c.__flags__ & _IMMUTABLE_TYPE:
@@ -962,9 +959,11 @@ def _lookup_desc(cls, name: str):
 def _describe_lookups(lookups: dict) -> list:
     """``[[class, name, resolution], ...]`` of every class lookup capture relied on
     (classes whose dicts cannot change left out, as their guard does)."""
+    from .guard_reads import fixed_class
+
     out = []
     for cls, names in lookups.items():
-        if _fixed_class(cls):
+        if fixed_class(cls):
             continue
         desc = encode(cls)
         for name in sorted(names):
