@@ -66,3 +66,9 @@ config = Config(
     # them (lowering._prefer_unfused_addmm); as torch._inductor's unfuse_bias_add_to_pointwise.
     unfuse_bias_addmm=True,
 )
+
+
+def triton_kernels(device) -> bool:
+    """Whether graphs on ``device`` (a ``torch.device``) get Triton kernels: CUDA, or the
+    CPU with ``cpu_backend="triton"`` (Triton's interpreter)."""
+    return device.type == "cuda" or (device.type == "cpu" and config.cpu_backend == "triton")

@@ -13,6 +13,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import resolve_unbacked_bindings
 
 from . import config, nodes
+from .config import triton_kernels
 from . import layout as layout_opt
 from .lowering import fallback_handler, lowerings, make_extern
 from .nodes import InputBuffer, Layout, Pointwise, Reduction, TensorBox, to_sympy
@@ -234,7 +235,7 @@ class GraphLowering:
                 data.num_ops() > config.realize_ops_threshold
                 or (data.device.type == "cpu" and _broadcast_downstream(node, val.numel())
                     and data.has_transcendental())
-                or (_triton_kernels(data.device) and _many_reads(data, node))):
+                or (triton_kernels(data.device) and _many_reads(data, node))):
             box.realize(self._realize_stride(data, val))
         elif isinstance(data, Pointwise) and len(node.users) > 1:
             # kept inline; a consumer that stores a view of it stores it instead (nodes._realize_shared_root)
@@ -292,10 +293,6 @@ def _has_non_kernel_dtype(node) -> bool:
 # whole by them, so storing it there costs one write
 _REDUCTION_OPS = frozenset(getattr(torch.ops.aten, name) for name in (
     "sum", "prod", "amax", "amin", "argmax", "argmin", "max", "min", "any", "all", "mean", "var_mean", "var"))
-
-
-def _triton_kernels(device: torch.device) -> bool:
-    return device.type == "cuda" or (device.type == "cpu" and config.cpu_backend == "triton")
 
 
 def _many_reads(data: Pointwise, node) -> bool:

@@ -23,6 +23,7 @@ from . import bounds, ir
 from . import layout as layout_opt
 from . import mkldnn
 from . import split_reduction
+from .config import triton_kernels
 from .ir import Constant, IndexValue, Masked, Op
 from .nodes import (
     Buffer, ComputedBuffer, ExternKernel, InputBuffer, Layout, MultiOutput, MutationBuffer, Pointwise, Reduction, ReinterpretView,
@@ -1158,19 +1159,13 @@ def scatter(x, dim, index, src, reduce=None):
                          "atomic_add" if add else None)
 
 
-def _triton_device(dev) -> bool:
-    from .config import config
-
-    return dev.type == "cuda" or (dev.type == "cpu" and config.cpu_backend == "triton")
-
-
 @register(aten.index_add.default)
 def index_add(x, dim, index, source, *, alpha=1):
     """``x.index_add(dim, index, source, alpha=alpha)`` for Triton kernels: a scatter with
     atomic adds (index checked, negatives raise as eager), into ``x``'s own buffer when
     nothing else reads it (:func:`_fresh_copy`); for C++ kernels ATen's."""
     xs, ss = list(x.get_size()), list(source.get_size())
-    if (not _triton_device(x.device) or not xs or len(ss) != len(xs) or len(index.get_size()) != 1
+    if (not triton_kernels(x.device) or not xs or len(ss) != len(xs) or len(index.get_size()) != 1
             or x.dtype not in (torch.float32, torch.float64) or source.dtype != x.dtype):
         return fallback_handler(x, dim, index, source, alpha=alpha)
     dim = dim % len(xs)

@@ -29,6 +29,7 @@ import torch
 from . import ir
 from .ir import BufferArg, Load, Loop, Masked, Op, Reduce, ReductionValue, Store
 from . import layout as layout_opt
+from .config import triton_kernels
 from .nodes import (Buffer, ComputedBuffer, ExternKernel, InputBuffer, IRNode, MultiOutput, MutationBuffer, Pointwise,
                     Reduction, ReinterpretView, Scatter, cast)
 
@@ -167,7 +168,7 @@ def build_loops(ranges, rranges, nodes) -> list:
     # whether the statements being made go into a reduction loop; only Triton kernels
     # forward a value across reduction loops (the C++ generator keeps its kernels as before)
     placing = [False]
-    across = bool(nodes) and _triton_device(nodes[0].buf.layout.device)
+    across = bool(nodes) and triton_kernels(nodes[0].buf.layout.device)
 
     def place(reduction: bool, make_stmts) -> int:
         candidates = [i for i in reversed(range(len(loops))) if loops[i].reduction == reduction]
@@ -233,12 +234,6 @@ def build_loops(ranges, rranges, nodes) -> list:
         pos = place(inner, make)
         stored[node.store_name] = (pos, holder["store"])
     return loops
-
-
-def _triton_device(device) -> bool:
-    from . import config
-
-    return device.type == "cuda" or (device.type == "cpu" and config.cpu_backend == "triton")
 
 
 def _place_welford(place, loops, acc, forward, raw, data) -> tuple[int, str]:
