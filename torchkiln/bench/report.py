@@ -111,6 +111,8 @@ def table(rows: list[dict], peer: bool, title: str) -> Table:
         note = r.get("error") or r.get("note") or ""
         if not note and r.get("graphs") == 0 and status == "ok":
             note = "no graph captured: ran eagerly"
+        if not note and r.get("noise_ulps") and status == "ok":  # bench/correctness.py
+            note = f"float64 error {r['err_vs_noise']:.2f}x the noise of eager perturbed by {r['noise_ulps']} ulps"
         if peer and r.get("peer_error"):
             note = (note + " | " if note else "") + "peer " + r["peer_error"]
         cells.append(Text(note))

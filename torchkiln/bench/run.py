@@ -176,6 +176,36 @@ def _fp64_reference(pristine: torch.nn.Module, work: Workload, mode: str, device
     return run
 
 
+def _perturb(value, ulps: int, gen: torch.Generator):
+    """``value`` with each floating tensor multiplied by ``1 + ulps * eps * u``, ``u``
+    uniform in [-1, 1] per element (drawn from ``gen`` on the CPU)."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        u = torch.rand(value.shape, generator=gen, dtype=torch.float64) * 2 - 1
+        return value * (1 + ulps * torch.finfo(value.dtype).eps * u).to(value.device, value.dtype)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_perturb(v, ulps, gen) for v in value)
+    if isinstance(value, dict):
+        return {k: _perturb(v, ulps, gen) for k, v in value.items()}
+    return value
+
+
+def _perturbed_reference(pristine: torch.nn.Module, work: Workload, mode: str,
+                         device: str) -> Callable[[int, int], Any]:
+    """``run(ulps, seed)``: eager's first call with the inputs, parameters and floating
+    buffers perturbed by ``ulps`` (correctness.compare's noise floor)."""
+    def run(ulps: int, seed: int):
+        gen = torch.Generator().manual_seed(seed)
+        model = copy.deepcopy(pristine)
+        with torch.no_grad():
+            for t in [*model.parameters(), *model.buffers()]:
+                t.copy_(_perturb(t, ulps, gen))
+        noisy = Workload(model, _perturb(work.args, ulps, gen), _perturb(work.kwargs, ulps, gen), work.loss_fn)
+        with torch.random.fork_rng(devices=[]):
+            return _Step(model, model, noisy, mode, device).first()
+
+    return run
+
+
 def _torchkiln_warnings(caught) -> str:
     for w in caught:
         if "torchkiln" in str(w.filename) or "torchkiln" in str(w.message).lower():
@@ -183,12 +213,13 @@ def _torchkiln_warnings(caught) -> str:
     return ""
 
 
-def _first_call(prefix: str, pristine, work, mode, opts: Options, compile_fn, graphs_fn, ref, fp64, phase,
+def _first_call(prefix: str, pristine, work, mode, opts: Options, compile_fn, graphs_fn, ref, references, phase,
                 spawn_time: float | None = None):
     """Compile a fresh copy with ``compile_fn``, time its first call and check it.
 
     ``ref`` is eager's result, or a callable computing it after the first call (then
-    the RNG state the compiled call started from is restored for it).  Returns ``(row
+    the RNG state the compiled call started from is restored for it); ``references`` is
+    (float64 reference, perturbed float32 reference), as correctness.compare takes them.  Returns ``(row
     fields, step)``; ``step`` is None when the variant failed.
     """
     row: dict[str, Any] = {}
@@ -217,8 +248,10 @@ def _first_call(prefix: str, pristine, work, mode, opts: Options, compile_fn, gr
         note = _torchkiln_warnings(caught)
         if note:
             row[f"{prefix}note"] = note
-        verdict = correctness.compare(ref, out, fp64, opts.tol)
+        verdict = correctness.compare(ref, out, references[0], opts.tol, references[1])
         row[f"{prefix}max_abs_err"] = verdict.max_abs_err
+        if verdict.noise_ratio is not None:  # checked against float64 (see correctness.py)
+            row[f"{prefix}err_vs_noise"], row[f"{prefix}noise_ulps"] = verdict.noise_ratio, verdict.ulps
         row[f"{prefix}status"] = "ok" if verdict.ok else "mismatch"
         if not verdict.ok:
             row[f"{prefix}error"] = f"{phase}: {verdict.detail}, max abs error {verdict.max_abs_err:.3g}"
@@ -326,7 +359,8 @@ def measure_model(name: str, mode: str, opts: Options, phase: str = "cold",
             row["error"] = f"eager: {first_line(exc)}"
             row["traceback"] = traceback.format_exc(limit=-8)
             return row
-        fp64 = _fp64_reference(pristine, work, mode, opts.device)
+        references = (_fp64_reference(pristine, work, mode, opts.device),
+                      _perturbed_reference(pristine, work, mode, opts.device))
         preload(opts.backend, opts.peer)
         steps = {"eager_": eager}
         if phase == "warm":
@@ -334,7 +368,7 @@ def measure_model(name: str, mode: str, opts: Options, phase: str = "cold",
             del steps["eager_"], eager
         work.model = None
         for prefix, compile_fn_, graphs_fn in variants:
-            fields, step = _first_call(prefix, pristine, work, mode, opts, compile_fn_, graphs_fn, ref, fp64, phase)
+            fields, step = _first_call(prefix, pristine, work, mode, opts, compile_fn_, graphs_fn, ref, references, phase)
             row.update(fields)
             if step is not None and phase == "warm":
                 _peak_memory(prefix, step, row, opts)
@@ -362,14 +396,15 @@ def _measure_warm_start(row: dict, name: str, mode: str, opts: Options, variants
         except Exception as exc:
             row["error"] = f"eager: {first_line(exc)}"
             return row
-        fp64 = _fp64_reference(pristine, work, mode, opts.device)
+        references = (_fp64_reference(pristine, work, mode, opts.device),
+                      _perturbed_reference(pristine, work, mode, opts.device))
 
         def eager_ref():
             model = copy.deepcopy(pristine)
             return _Step(model, model, work, mode, opts.device).first()
 
         for prefix, compile_fn_, graphs_fn in variants:
-            fields, step = _first_call(prefix, pristine, work, mode, opts, compile_fn_, graphs_fn, eager_ref, fp64,
+            fields, step = _first_call(prefix, pristine, work, mode, opts, compile_fn_, graphs_fn, eager_ref, references,
                                        "warm", spawn_time)
             row.update(fields)
             if step is not None:
