@@ -309,6 +309,45 @@ entries were not built for and which the AOT runtime's ``autograd.Function`` can
 take; torch.compile captures through the transform instead)."""
 
 
+_torch_function_mode_on = torch._C._is_torch_function_mode_enabled
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
+_device_keys: dict[tuple, object] = {}
+
+
+def _user_dispatch_mode_on() -> bool:
+    """Whether a TorchDispatchMode other than torch's tracing infrastructure (fake,
+    proxy, functional tensors) is on the stack: a compiled frame entered under one runs
+    eagerly, so the mode sees every op as in eager (generated kernels would bypass it;
+    torch.compile skips such frames too)."""
+    from torch.utils._python_dispatch import _get_dispatch_stack_at
+
+    for i in range(_dispatch_stack_len()):
+        mode = _get_dispatch_stack_at(i)
+        infra = getattr(mode, "is_infra_mode", None)
+        ignore = getattr(mode, "ignore_compile_internals", None)
+        if not (infra is not None and infra()) and not (ignore is not None and ignore()):
+            return True
+    return False
+
+
+def _function_mode_key(key: object):
+    """The cache key to use while torch function modes are on: None (run eagerly) when
+    one of them is not a ``DeviceContext`` (a user ``TorchFunctionMode``: the cached
+    entries were built without it, generated kernels would bypass it); for
+    ``DeviceContext``s alone (``torch.set_default_device``, ``with torch.device(d)``) a
+    key of its own per innermost device, so an entry is reused only under the default
+    device its factory calls were captured with."""
+    from torch.utils._device import DeviceContext
+
+    device = None
+    for i in range(torch._C._len_torch_function_stack()):
+        mode = torch._C._get_function_stack_at(i)
+        if type(mode) is not DeviceContext:
+            return None
+        device = mode.device
+    return _device_keys.setdefault((key, str(device)), object())
+
+
 def _make_wrapper(fn: types.FunctionType, ctx: CompileContext) -> Callable:
     fc = frame_cache_for(fn)
     hot = fc.hot
@@ -317,20 +356,23 @@ def _make_wrapper(fn: types.FunctionType, ctx: CompileContext) -> Callable:
     tls = api._tls
 
     def compiled(*args, **kwargs):
-        if getattr(tls, "disabled", False) or _functorch_active():
+        if getattr(tls, "disabled", False) or _functorch_active() or _dispatch_stack_len() and _user_dispatch_mode_on():
+            return fn(*args, **kwargs)
+        now = key if not _torch_function_mode_on() else _function_mode_key(key)
+        if now is None:
             return fn(*args, **kwargs)
         f_locals = binder(args, kwargs)
         try:  # free unless a guard raises; a guard that raises counts as failed
             for entry_key, check, run in hot:
-                if entry_key is key and check(f_locals):
+                if entry_key is now and check(f_locals):
                     break
             else:
                 run = None
         except Exception:  # noqa: BLE001
-            run = _lookup_skipping_broken_guards(hot, key, f_locals)
+            run = _lookup_skipping_broken_guards(hot, now, f_locals)
         if run is not None:
             return run(f_locals)
-        return _on_miss(fc, ctx, fn, args, kwargs, f_locals)
+        return _on_miss(fc, ctx, fn, args, kwargs, f_locals, now)
 
     if ctx.compiled_autograd and _compiled_autograd_hook is not None:
         compiled = _with_compiled_autograd(compiled, _compiled_autograd_hook(ctx))
@@ -384,10 +426,12 @@ def _location(code: types.CodeType) -> str:
 
 
 def _on_miss(fc: FrameCache, ctx: CompileContext, fn: types.FunctionType, args: tuple, kwargs: dict,
-             f_locals: dict):
-    """No cached entry's guard passed: recompile (policy permitting) and run."""
+             f_locals: dict, key: object = None):
+    """No cached entry's guard passed: recompile (policy permitting) and run.  ``key``:
+    the cache key of this call (``ctx.key``, or its key under a default-device context)."""
     code = fc.code
-    previous = next((entry for k, entry in fc.entries if k is ctx.key), None)
+    key = ctx.key if key is None else key
+    previous = next((entry for k, entry in fc.entries if k is key), None)
     if previous is not None:
         reason = _failure_reason(previous, f_locals)
         message = (f"Recompiling function {code.co_name} in {_location(code)}, triggered by the following "
@@ -421,7 +465,7 @@ def _on_miss(fc: FrameCache, ctx: CompileContext, fn: types.FunctionType, args: 
                                   compile_wrapper=ctx.wrap)
         if trace.enabled:
             trace.emit("guards", {"frame": code.co_name, "guards": list(entry.guard.code_parts)})
-    fc.add(ctx.key, entry)
+    fc.add(key, entry)
     if artifact_enabled("guards"):
         _guards_log.debug("GUARDS for %s (%s):\n%s", code.co_name, _location(code),
                           "\n".join(f"  {part}" for part in entry.guard.code_parts))

@@ -54,6 +54,8 @@ class GuardPart:
             env = self.env or {}
             text = re.sub(r"___c\d+", lambda m: _pretty(env.get(m.group(0))), self.code)
             self._shown = (text.replace("___Tensor", "torch.Tensor").replace("___is_grad_enabled", "torch.is_grad_enabled")
+                           .replace("___get_default_dtype", "torch.get_default_dtype")
+                           .replace("___copysign", "math.copysign")
                            .replace("___inf", "math.inf"))
         return self._shown
 
@@ -71,6 +73,7 @@ class GuardBuilder:
         self._consts = 1 + max((int(k[4:]) for k in env if k[:4] == "___c" and k[4:].isdigit()), default=-1)
         self.tensor_sources: list[str] = []
         self._lookups: dict[type, set[str]] = {}  # class -> names capture looked up on it
+        self._by_id: dict[int, str] = {}  # id(value) -> its constant name (the env keeps it alive)
 
     def class_lookup(self, cls, name: str) -> None:
         """Capture decided something from what ``name`` resolves to through ``cls.__mro__``
@@ -98,6 +101,16 @@ class GuardBuilder:
         reads = self._module_reads()
         return source if reads is None or self.f_locals is None else reads.source(source)
 
+    def source_has_attr(self, source: str, name: str) -> bool | None:
+        """``hasattr`` of the value ``source`` names in the frame being captured (None
+        when that value cannot be read here)."""
+        if self.f_locals is None:
+            return None
+        try:
+            return hasattr(eval(f"lambda L: {source}", self.env)(self.f_locals), name)
+        except Exception:  # noqa: BLE001
+            return None
+
     def add(self, code: str, reason=None, size_of=None) -> None:
         if code in self._seen:
             return
@@ -105,11 +118,19 @@ class GuardBuilder:
         self.parts.append(GuardPart(code, reason, size_of))
 
     # -- guard kinds --------------------------------------------------------------------
+    def _named(self, value) -> str:
+        """One constant name per object for identity checks (so the same check read twice
+        is one part)."""
+        name = self._by_id.get(id(value))
+        if name is None or self.env.get(name) is not value:
+            name = self._by_id[id(value)] = self.const(value)
+        return name
+
     def type_match(self, source: str, value) -> None:
-        self.add(f"type({source}) is {self.const(type(value))}")
+        self.add(f"type({source}) is {self._named(type(value))}")
 
     def id_match(self, source: str, value) -> None:
-        self.add(f"{source} is {self.const(value)}")
+        self.add(f"{source} is {self._named(value)}")
 
     def constant_match(self, source: str, value) -> None:
         if value is None or value is True or value is False or value is Ellipsis:
@@ -125,6 +146,8 @@ class GuardBuilder:
                 self.add(f"{source} == {'-' if value < 0 else ''}___inf")
             else:
                 self.add(f"{source} == {value!r}")
+                if isinstance(value, float) and value == 0.0:  # -0.0 == 0.0, but 1 / x and copysign differ
+                    self.add(f"___copysign(1.0, {source}) == {math.copysign(1.0, value)!r}")
         else:
             self.type_match(source, value)
             self.add(f"{source} == {self.const(value)}")
@@ -197,6 +220,13 @@ class GuardBuilder:
         self.add(f"___is_grad_enabled() is {enabled}",
                  lambda L: f"GLOBAL_STATE changed: grad_mode. expected {enabled}")
 
+    def default_dtype(self, dtype: torch.dtype) -> None:
+        """``torch.get_default_dtype()`` is what it was at capture (the graph's factory calls
+        without a dtype, ``torch.tensor(1.5)``..., made tensors of it; torch guards it in
+        its global state guard too)."""
+        self.add(f"___get_default_dtype() is {self.const(dtype)}",
+                 lambda L: f"GLOBAL_STATE changed: default_dtype. expected {dtype}")
+
     def global_state(self, key: str, value) -> None:
         """Global state read while tracing (autocast per device, inference mode) is what it
         was: ``key`` as in :func:`global_state`."""
@@ -208,6 +238,8 @@ class GuardBuilder:
         self.env.setdefault("___Tensor", torch.Tensor)
         self.env.setdefault("___inf", math.inf)
         self.env.setdefault("___is_grad_enabled", torch.is_grad_enabled)
+        self.env.setdefault("___get_default_dtype", torch.get_default_dtype)
+        self.env.setdefault("___copysign", math.copysign)
         codes = _tensor_check_codes([p.code for p in self.parts], self.env)
         classes = []
         reads = self._module_reads()
@@ -244,13 +276,18 @@ def _items_match(seq, start, expected: tuple) -> bool:
     return True
 
 
+_STATE_KEYS = {"autocast_cache": torch.is_autocast_cache_enabled, "inference_mode": torch.is_inference_mode_enabled,
+               "default_dtype": torch.get_default_dtype, "deterministic": torch.are_deterministic_algorithms_enabled,
+               "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled,
+               "cublas_allow_tf32": torch._C._get_cublas_allow_tf32}
+
+
 def global_state(key: str):
     """The global state ``key`` names: ``"autocast:<device>"`` -> (enabled, dtype),
-    ``"autocast_cache"`` / ``"inference_mode"`` -> bool."""
-    if key == "autocast_cache":
-        return torch.is_autocast_cache_enabled()
-    if key == "inference_mode":
-        return torch.is_inference_mode_enabled()
+    ``"default_dtype"`` -> dtype, the others -> bool (:data:`_STATE_KEYS`)."""
+    query = _STATE_KEYS.get(key)
+    if query is not None:
+        return query()
     device = key.partition(":")[2]
     return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
 
@@ -258,8 +295,7 @@ def global_state(key: str):
 def entry_global_state() -> dict:
     """Every key :func:`global_state` knows, with its value now (taken when a frame is
     entered, before its contexts change the state; a few microseconds)."""
-    keys = ["autocast_cache", "inference_mode"]
-    keys += [f"autocast:{d}" for d in _AUTOCAST_DEVICES]
+    keys = [*_STATE_KEYS, *(f"autocast:{d}" for d in _AUTOCAST_DEVICES)]
     return {k: global_state(k) for k in keys}
 
 

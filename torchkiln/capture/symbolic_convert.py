@@ -251,7 +251,14 @@ class InstructionTranslatorBase:
                 self.output.guards.add(f"hasattr({obj.source}, {name!r}) is {result}")
             return result
         if isinstance(obj, TensorVariable):
-            return hasattr(obj.example, name)
+            if obj.source is None or hasattr(torch.Tensor, name):
+                return hasattr(obj.example, name)
+            # maybe an attribute set on the input tensor (the fake example has none): ask it
+            result = self.output.guards.source_has_attr(obj.source, name)
+            if result is None:
+                unsupported(f"hasattr on tensor {obj.source} for {name!r}")
+            self.output.guards.add(f"hasattr({obj.source}, {name!r}) is {result}")
+            return result
         if isinstance(obj, NewObjectVariable):
             return name in obj.attrs or hasattr(obj.cls, name)
         if obj.is_python_constant():
@@ -1309,6 +1316,7 @@ class InstructionTranslator(InstructionTranslatorBase):
     def _guard(self):
         g = self.output.guards
         g.grad_mode(self.initial_grad)
+        g.default_dtype(self.entry_state["default_dtype"])
         sources = self.output.tensor_inputs
         if len(sources) > 1:
             g.add(f"len({{{', '.join(f'id({s})' for s in sources)}}}) == {len(sources)}",

@@ -323,6 +323,7 @@ def _new(cls, **attrs):
 
 
 _FIXED_ENV = {"___Tensor": torch.Tensor, "___inf": math.inf, "___is_grad_enabled": torch.is_grad_enabled,
+              "___get_default_dtype": torch.get_default_dtype, "___copysign": math.copysign,
               "___Size": torch.Size, "___deref": _deref, "___new": _new}
 
 
@@ -352,7 +353,7 @@ def check_exprs(texts: list) -> set[str]:
 
 
 _DUNDERS = frozenset({"__dict__", "__code__", "__closure__", "__defaults__", "__kwdefaults__", "__func__", "__self__"})
-_CALLABLE_NAMES = _BUILTINS | {"___global_state", "___is_grad_enabled", "___Size", "___deref"}
+_CALLABLE_NAMES = _BUILTINS | {"___global_state", "___is_grad_enabled", "___get_default_dtype", "___copysign", "___Size", "___deref"}
 # the fields of each allowed node kind that hold nodes (a list, a node, or None); the
 # others hold plain values (Name.id, Attribute.attr, Constant.value, keyword.arg)
 _CHILDREN = {ast.Expression: ("body",), ast.Name: ("ctx",), ast.Attribute: ("value", "ctx"),

@@ -262,6 +262,9 @@ def _wrap(tx, value, source):
         out.id_cache[id(value)] = vt
         return vt
     if is_torch_callable(value):
+        owner = getattr(value, "__self__", None)
+        if owner is None or isinstance(owner, types.ModuleType):  # a bound method is made afresh per access
+            g.id_match(source, value)  # a global bound to a torch function may be rebound
         return TorchVariable(value, source)
     if isinstance(value, types.FunctionType):
         # FUNCTION_MATCH on the code: closures re-made per call (e.g. handed to a resume

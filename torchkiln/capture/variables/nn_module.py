@@ -63,6 +63,34 @@ def _plain_attribute_lookup(mod: torch.nn.Module) -> None:
         unsupported(f"{type(mod).__name__} defines __getattribute__")
 
 
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                      "_global_backward_pre_hooks")
+
+
+def _guard_hooks(tx, src: str, mod) -> None:
+    """The module's hook dicts have the lengths capture saw (its forward hooks were
+    inlined; a backward hook registered later must recompile: capture breaks on one).
+    All empty, the usual case, is one check."""
+    g = tx.output.guards
+    if not any(getattr(mod, d) for d in _HOOK_DICTS):
+        g.add(f"not ({' or '.join(f'{src}.{d}' for d in _HOOK_DICTS)})")
+        return
+    for d in _HOOK_DICTS:
+        g.add(f"len({src}.{d}) == {len(getattr(mod, d))}")
+
+
+def _guard_no_global_hooks(tx) -> None:
+    """No global module hook (``register_module_forward_hook`` & co.) is registered: capture
+    inlined module calls without them (it breaks on one)."""
+    from ..source import globals_dict_name
+
+    nn_mod = torch.nn.modules.module
+    name = globals_dict_name(nn_mod.__name__)
+    tx.output.guards.env[name] = nn_mod.__dict__
+    tx.output.guards.add(f"not ({' or '.join(f'{name}[{d!r}]' for d in _GLOBAL_HOOK_DICTS)})")
+
+
 class NNModuleVariable(VariableTracker):
     def __init__(self, value: torch.nn.Module, source=None, child_sources: dict | None = None):
         self.value = value
@@ -150,9 +178,9 @@ class NNModuleVariable(VariableTracker):
             # Lazy modules are initialised for real (outside the fake mode) before tracing.
             mod._infer_parameters(mod, tuple(_example(a) for a in args))
         src = self.source
+        _guard_no_global_hooks(tx)
         if src is not None:
-            tx.output.guards.add(f"len({src}._forward_hooks) == {len(mod._forward_hooks)}")
-            tx.output.guards.add(f"len({src}._forward_pre_hooks) == {len(mod._forward_pre_hooks)}")
+            _guard_hooks(tx, src, mod)
         args = list(args)
         for hook_id, hook in list(mod._forward_pre_hooks.items()):
             hook_vt = wrap(tx, hook, item_source(f"{src}._forward_pre_hooks", hook_id) if src else None)

@@ -36,10 +36,9 @@ _IS_COMPILING = {id(f) for f in (
 _FALSE = {id(f) for f in (torch.jit.is_scripting, torch.jit.is_tracing, torch._C._get_tracing_state,
                           _maybe("torch.fx._symbolic_trace.is_fx_tracing"),
                           _maybe("torch.compiler.is_exporting")) if f is not None}  # boundary: ok
-_FOLD = {id(f) for f in (torch.finfo, torch.iinfo, torch.get_default_dtype, torch.is_grad_enabled,
-                         torch.promote_types, torch.can_cast, torch.cuda.is_available, torch.device,
-                         torch._C._get_cublas_allow_tf32, torch.are_deterministic_algorithms_enabled,
-                         torch.is_deterministic_algorithms_warn_only_enabled)}
+# folded without a guard: pure functions of their arguments (grad mode is guarded per frame anyway)
+_FOLD = {id(f) for f in (torch.finfo, torch.iinfo, torch.is_grad_enabled, torch.promote_types, torch.can_cast,
+                         torch.cuda.is_available, torch.device)}
 _BREAK = {id(f) for f in (torch.manual_seed, torch.seed, torch.set_default_dtype, torch.use_deterministic_algorithms,
                           torch.set_num_threads, torch.save, torch.load, torch.set_printoptions,
                           torch.nn.Parameter, torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)}
@@ -176,7 +175,11 @@ _DEVICE_QUERIES = {torch.is_autocast_enabled: None, torch.get_autocast_dtype: No
                    torch.is_autocast_cpu_enabled: "cpu", torch.get_autocast_cpu_dtype: "cpu",
                    torch.get_autocast_gpu_dtype: "cuda"}
 _STATE_QUERIES = {torch.is_autocast_cache_enabled: "autocast_cache",
-                  torch.is_inference_mode_enabled: "inference_mode"}
+                  torch.is_inference_mode_enabled: "inference_mode",
+                  torch.get_default_dtype: "default_dtype",
+                  torch.are_deterministic_algorithms_enabled: "deterministic",
+                  torch.is_deterministic_algorithms_warn_only_enabled: "deterministic_warn_only",
+                  torch._C._get_cublas_allow_tf32: "cublas_allow_tf32"}
 
 
 def global_state_query(fn, args, kwargs):

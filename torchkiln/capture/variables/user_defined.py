@@ -545,6 +545,19 @@ def _is_mutable_state(value) -> bool:
     return type(value).__module__.split(".")[0] not in (*_FOLDED_MODULES, "enum")
 
 
+def _guard_folded(tx, source: str, value) -> None:
+    """The guard on a module attribute folded to a constant: its value (a plain constant,
+    which a property may make afresh per read) or its identity (a function, a class;
+    a bound method is made afresh per read: not guarded, its ``__self__`` is the state)."""
+    g = tx.output.guards
+    if type(value) in (bool, int, float, str, type(None)):
+        g.constant_match(source, value)
+        return
+    owner = getattr(value, "__self__", None)
+    if owner is None or isinstance(owner, types.ModuleType):
+        g.id_match(source, value)
+
+
 class PythonModuleVariable(VariableTracker):
     """A Python module (``math``, ``torch.nn.functional``, a user module)."""
 
@@ -574,6 +587,8 @@ class PythonModuleVariable(VariableTracker):
         if self.value.__name__.split(".")[0] in _FOLDED_MODULES and not _is_mutable_state(value):
             if isinstance(value, types.ModuleType):  # keeps a source for mutable state under it
                 return PythonModuleVariable(value, self.source and attr_source(self.source, name))
+            if self.source is not None:  # folded, but rebinding it (a patched F.gelu, math.pi, a torch.backends
+                _guard_folded(tx, attr_source(self.source, name), value)  # flag) recompiles
             return wrap_constant_like(tx, value)
         if self.source is None:
             unsupported(f"mutable attribute {self.value.__name__}.{name} of a module without a source")
