@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -218,3 +219,49 @@ def test_key_names_the_device_index():
         on0, on1 = torch.empty(4, device="cuda:0"), torch.empty(4, device="cuda:1")
     assert keys.inputs_description([on0]) != keys.inputs_description([on1])
     assert keys.inputs_description([torch.empty(4)]) == keys.inputs_description([torch.empty(4)])
+
+
+def test_source_hash_memo_follows_every_file_change(tmp_path, monkeypatch):
+    """The torchkiln source hash (in every key) is read from the local store while no
+    file changed; an edit of the same size with the old mtime restored, a new file or a
+    removed one all hash again, and the value always equals a full hash's."""
+    from torchkiln.cache import clear_memory, keys
+
+    root = tmp_path / "tree"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.py").write_text("x = 1\n")
+    (root / "sub" / "b.py").write_text("y = 2\n")
+
+    def full():
+        import hashlib
+
+        h = hashlib.sha256()
+        for path in keys._source_files(str(root)):
+            h.update(os.path.relpath(path, root).encode() + b"\0" + open(path, "rb").read())
+        return h.hexdigest()
+
+    first = keys.source_hash(str(root))
+    assert first == full()
+    memo_dir = os.path.join(os.environ["TORCHKILN_CACHE_DIR"], keys.SOURCE_HASH_NAMESPACE)
+    assert not os.path.isdir(memo_dir)  # files written just now are not memoized (racy)
+    monkeypatch.setattr(keys, "RACY_S", -1.0)
+    assert keys.source_hash(str(root)) == first
+    assert len(os.listdir(memo_dir)) == 1
+    clear_memory()
+    time.sleep(0.05)  # past the file clock's tick
+    assert keys.source_hash(str(root)) == first  # from the memo
+    st = os.stat(root / "a.py")
+    (root / "a.py").write_text("x = 3\n")  # same size, old mtime put back: the ctime still moves
+    os.utime(root / "a.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    second = keys.source_hash(str(root))
+    assert second != first and second == full()
+    (root / "c.py").write_text("")
+    assert keys.source_hash(str(root)) == full() != second
+    os.unlink(root / "c.py")
+    assert keys.source_hash(str(root)) == second
+    # a damaged memo value is never used
+    fp_key = keys._source_hash_memo(str(root), keys._source_files(str(root)))[1]
+    from torchkiln.cache.store import get_store
+
+    get_store().local.put(keys.SOURCE_HASH_NAMESPACE, fp_key, b"not a hash")
+    assert keys.source_hash(str(root)) == second

@@ -15,6 +15,7 @@ from typing import Callable
 
 from ..exc import BackendCompilerFailed, Unsupported
 from ..shapes.policy import DynamicPolicy
+from ..utils.nogc import nogc
 from . import warm_start
 from .frame import CacheEntry, bind_locals, skip_entry
 from .verify import InvalidCode
@@ -31,7 +32,8 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, backend:
     "skip frame") and no graph is counted.
     """
     f_locals = bind_locals(fn, args, kwargs)
-    entry, warm_key = warm_start.lookup(fn, f_locals, backend, fullgraph, dynamic, compile_wrapper)
+    with nogc():  # reading, checking and installing a record: see warm_start.lookup
+        entry, warm_key = warm_start.lookup(fn, f_locals, backend, fullgraph, dynamic, compile_wrapper)
     if entry is not None:  # installed from a frame record of an earlier process: no capture
         return entry
     # a backend's early start (its compile workers) overlaps capture; a warm start whose
