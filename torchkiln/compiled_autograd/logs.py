@@ -12,10 +12,13 @@ graph_log = get_artifact_logger("compiled_autograd")
 verbose_log = get_artifact_logger("compiled_autograd_verbose")
 
 
-def format_graph(gm: torch.fx.GraphModule, capture_id: int, accumulates=()) -> str:
+def format_graph(gm: torch.fx.GraphModule, capture_id: int, accumulates=(), used_inputs=None) -> str:
     """The graph as readable lines, each group of nodes under the autograd node it came
-    from, then the leaf gradients the runtime accumulates into ``.grad``."""
+    from, then the leaf gradients the runtime accumulates into ``.grad`` (``inputs[i]``:
+    the engine's inputs; the graph's ``inputs[k]`` is the engine's ``used_inputs[k]``)."""
     lines = [f"CompiledAutograd{capture_id}:"]
+    if used_inputs is not None:
+        lines.append(f"    # graph inputs: the engine's inputs {used_inputs}")
     origin = None
     for node in gm.graph.nodes:
         node_origin = node.meta.get("ca_origin", "")
@@ -31,10 +34,11 @@ def format_graph(gm: torch.fx.GraphModule, capture_id: int, accumulates=()) -> s
     return "\n".join(lines)
 
 
-def log_graph(gm: torch.fx.GraphModule, capture_id: int, accumulates=(), verbose: bool = False) -> None:
+def log_graph(gm: torch.fx.GraphModule, capture_id: int, accumulates=(), verbose: bool = False,
+              used_inputs=None) -> None:
     """``verbose``: compiled_autograd_verbose was on when ``enable`` was entered."""
     if artifact_enabled("compiled_autograd") or verbose:
-        text = format_graph(gm, capture_id, accumulates)
+        text = format_graph(gm, capture_id, accumulates, used_inputs)
         if artifact_enabled("compiled_autograd"):
             graph_log.debug("%s", text)
         else:

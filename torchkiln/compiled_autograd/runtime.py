@@ -261,13 +261,15 @@ class CompiledBackward:
     """
 
     def __init__(self, num_outputs: int, accumulates: list[AccumulateRecord], cpp_hooks: list[int],
-                 used_sizes: list[int], capture_id: int, graph: torch.fx.GraphModule) -> None:
+                 used_sizes: list[int], capture_id: int, graph: torch.fx.GraphModule,
+                 used_inputs: list[int] | None = None) -> None:
         self.num_outputs = num_outputs
         self.accumulates = accumulates
         # (output position, leaf position in inputs, post-accumulate-grad hook ids) per leaf
         self.leaf_plan = tuple((num_outputs + k, rec.input_index, rec.post_hooks) for k, rec in enumerate(accumulates))
         self.cpp_hooks = cpp_hooks
         self.used_sizes = used_sizes
+        self.used_inputs = used_inputs  # None: the graph takes every input
         self.capture_id = capture_id
         self.graph = graph
         self.fallback = False
@@ -280,7 +282,9 @@ class CompiledBackward:
         try:
             prior_in_graph, state.in_graph = state.in_graph, True
             try:
-                outs = self._run(compiled_fn, inputs, sizes, scalars, hooks, packed_data)
+                used = self.used_inputs
+                outs = self._run(compiled_fn, inputs if used is None else [inputs[i] for i in used],
+                                 sizes, scalars, hooks, packed_data)
             finally:
                 state.in_graph = prior_in_graph
             outs = list(outs)  # ours to clear slot by slot (a compiler_fn may keep what it returned)
@@ -316,14 +320,15 @@ class CompiledBackward:
             leaf = inputs[index]
             old = leaf.grad
             if old is None:
-                if input_ids is None:
-                    input_ids = {id(x) for x in inputs}
+                # a graph input returned as is has a reference in ``inputs`` too (read
+                # above, so intact): the refcount check covers it, no id set needed
                 if (_getrefcount(grad) <= _OWN_REFS and type(grad) is _Tensor and not grad._is_view()
-                        and not grad.requires_grad and grad.layout is _strided and id(grad) not in input_ids
-                        and grad.stride() == leaf.stride()):
+                        and not grad.requires_grad and grad.layout is _strided and grad.stride() == leaf.stride()):
                     leaf.grad = grad  # what accumulate_into does for it, without its checks' calls
                 else:
-                    shared = _getrefcount(grad) > _OWN_REFS  # before the call below pushes more references
+                    shared = _getrefcount(grad) > _OWN_REFS  # before the calls below push more references
+                    if input_ids is None:
+                        input_ids = {id(x) for x in inputs}
                     accumulate_into(leaf, grad, input_ids, shared)
             elif old.is_sparse and not grad.is_sparse:
                 leaf.grad = grad + old

@@ -175,6 +175,7 @@ class AutogradCapture:
         self.p_inputs = p_inputs
         inputs_origins, sizes_origins, scalars_origins = origins
         self.inputs_origins = inputs_origins
+        self.num_inputs = len(inputs)
         for i, x in enumerate(inputs):
             inputs[i] = self._fake(x, f"inputs[{i}]")
             self.input_index[id(inputs[i])] = i
@@ -220,11 +221,12 @@ class AutogradCapture:
                 node.meta.pop(field, None)
         self._dce()
         used_sizes = self._remove_unused_sizes()
+        used_inputs = self._remove_unused_inputs()
         gm = torch.fx.GraphModule(self.tracer.root, self.tracer.graph, f"CompiledAutograd{self.id}")
         records = [rec.finish(self.post_acc_hooks.get(rec.input_index, [])) for rec in self.accumulates]
-        logs.log_graph(gm, self.id, records, self.verbose)
+        logs.log_graph(gm, self.id, records, self.verbose, used_inputs)
         wrapper = runtime.CompiledBackward(len(results), records, [h for h, _ in self.deferred_cpp_hooks],
-                                           used_sizes, self.id, gm)
+                                           used_sizes, self.id, gm, used_inputs)
         counters["compiled_autograd"]["graphs"] += 1
         return wrapper, self.compiler_fn(gm)
 
@@ -475,9 +477,8 @@ class AutogradCapture:
 
     def _dce(self) -> None:
         """Dead nodes out; ``inputs[i]`` reads no node uses go too (a leaf that only
-        ``CompiledBackward`` accumulates into, a saved tensor no formula read): the
-        compiled graph then neither receives, guards nor checks the strides of them
-        (hooked_small: 9 of 28 inputs)."""
+        ``CompiledBackward`` accumulates into, a saved tensor no formula read), which
+        :meth:`_remove_unused_inputs` then leaves out of what the graph receives."""
         impure = {call_hook, call_backward, call_backward_opaque, runtime.accumulate_grads}
         keep = set()
         for ph in self.tracer.graph.find_nodes(op="placeholder"):
@@ -488,6 +489,24 @@ class AutogradCapture:
             return node in keep or (node.op == "call_function" and node.target in impure) or node.is_impure()
 
         self.tracer.graph.eliminate_dead_code(is_impure)
+
+    def _remove_unused_inputs(self) -> list[int] | None:
+        """The engine's indices of the inputs the graph reads, when it reads some of them
+        only through ``inputs[i]`` (renumbered in order: the runtime passes only those), so
+        that the compiled graph neither receives, guards nor stride-checks a leaf that only
+        ``CompiledBackward`` accumulates into (hooked_small: 9 of 28 inputs); else None
+        (every input passed: the graph reads all, or passes the list on, to
+        ``accumulate_grads``)."""
+        inputs = next(n for n in self.tracer.graph.find_nodes(op="placeholder") if n.target == "inputs")
+        if any(user.target is not operator.getitem or not isinstance(user.args[1], int) for user in inputs.users):
+            return None
+        used = sorted({user.args[1] for user in inputs.users})
+        if len(used) == self.num_inputs:
+            return None
+        position = {i: k for k, i in enumerate(used)}
+        for user in list(inputs.users):
+            user.args = (inputs, position[user.args[1]])
+        return used
 
     def _remove_unused_sizes(self) -> list[int]:
         """Drop the sizes no node reads; returns the engine's indices of those kept

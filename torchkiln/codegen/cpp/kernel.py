@@ -337,7 +337,11 @@ class CppKernel:
         ranges = list(k.ranges)
         xs = list(k.index_vars)
         pure_pointwise = not k.reduction_ranges
-        parallel = "" if self.serial else (
+        # a static size below the threshold: no OpenMP region at all (one with a false
+        # ``if`` still costs ~0.8 us per launch in libgomp, more than a small kernel's work)
+        small = _static_below(k.numel * k.reduction_numel if k.reduction_ranges else k.numel,
+                              config.cpp_parallel_min_work)
+        parallel = "" if self.serial or small else (
             f"#pragma omp parallel for if(kiln_threads > 1 && ({work}) >= {config.cpp_parallel_min_work}) "
             f"num_threads(kiln_threads)")
         if not ranges:
@@ -690,6 +694,12 @@ class CppKernel:
             lines.append("  " * d + "}")
         lines.append("}")
         return "\n".join(lines)
+
+
+def _static_below(work, threshold: int) -> bool:
+    """Whether ``work`` (a sympy size) is a known integer below ``threshold``."""
+    work = sympy.sympify(work)
+    return bool(work.is_Integer) and int(work) < threshold
 
 
 def is_column_reduction(k: FusedKernel) -> bool:
