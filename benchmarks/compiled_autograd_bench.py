@@ -9,7 +9,10 @@ the engine's cache lookup.
 layers (16 hooked parameters, batch 16), where the per-step Python work of eager's
 hooks and engine matters: eager runs one Python hook per parameter per step; compiled
 autograd has them inlined into the compiled backward graph.  ``hooked_wide``: the same
-with Linear(256), batch 64, where the GEMMs are ~70% of the step.
+with Linear(256), batch 64, where the GEMMs are ~70% of the step.  ``hooked_gpt``: a
+small GPT-2-style model (token and position embeddings, 2 pre-LayerNorm blocks of causal
+self-attention and a GELU MLP, tied LM head; n_embd 64, 2 heads, batch 4 x 32 tokens,
+cross-entropy loss), the same clipping hook on each of its 28 parameters.
 
 torch's and torchkiln's compiled autograd share the C++ engine, which binds its backward
 formulas to whichever compiler object asks first in a process, so the two run in separate
@@ -57,6 +60,14 @@ def build(name: str):
             layers += [torch.nn.Linear(hidden, hidden), torch.nn.ReLU()]
         x, target = torch.randn(batch, hidden), torch.randn(batch, hidden)
         work = Workload(torch.nn.Sequential(*layers), (x,), {}, lambda out: torch.nn.functional.mse_loss(out, target))
+    elif name == "hooked_gpt":  # GPT-2-style: embeddings, 2 blocks (LayerNorm, attention, GELU MLP), tied head
+        from torchkiln.bench.models.gpt import GPT, GPTConfig
+
+        torch.manual_seed(0)
+        config = GPTConfig(block_size=32, vocab_size=256, n_layer=2, n_head=2, n_embd=64)
+        tokens, target = torch.randint(0, 256, (4, 32)), torch.randint(0, 256, (4, 32))
+        work = Workload(GPT(config), (tokens,), {},
+                        lambda out: torch.nn.functional.cross_entropy(out.flatten(0, 1), target.flatten()))
     else:
         work = build_model("mlp" if name == "hooked_mlp" else name, "cpu")
     if name.startswith("hooked"):
@@ -214,7 +225,7 @@ def instructions(names: list[str], steps: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="hooked_small,hooked_wide,hooked_mlp,mlp,cnn,nanogpt")
+    ap.add_argument("--models", default="hooked_small,hooked_wide,hooked_mlp,hooked_gpt,mlp,cnn,nanogpt")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--worker", nargs=2, metavar=("KIND", "MODEL"))
