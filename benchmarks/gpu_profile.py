@@ -6,7 +6,7 @@ Builds the suite's MODEL (torchkiln.bench.models) in MODE (inference|training), 
 a copy with each compiler, prints the first call's seconds and its largest relative
 error against eager, the median of 20 interleaved steps, then profiles 5 steps per
 variant (torch.profiler, CPU+CUDA): kernels per step, GPU kernel time, CPU enqueue time,
-and the top 14 kernels by GPU time.  Writes OUTDIR/prof_MODEL_MODE.txt.  The H100 tables
+and the top 14 kernels by GPU time (``KTOP=N``: N).  Writes OUTDIR/prof_MODEL_MODE.txt.  The H100 tables
 of docs/codegen_triton.md ("Where the time goes") come from it.
 """
 import copy
@@ -72,7 +72,7 @@ for label, out in firsts.items():
         lines.append(f"{label} vs eager: compare failed {e}")
 for label in steps:
     v = sorted(times[label]); lines.append(f"{label:6s} median {1e3*v[len(v)//2]:.3f} ms  min {1e3*v[0]:.3f}")
-lines.append(kernel_table(steps, 5, top=14))
+lines.append(kernel_table(steps, 5, top=int(os.environ.get("KTOP", "14"))))
 text = "\n".join(lines)
 print(text)
 with open(os.path.join(out_dir, f"prof_{name}_{mode}{'_' + cmode if cmode else ''}.txt"), "w") as f:

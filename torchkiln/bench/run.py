@@ -91,6 +91,13 @@ def preload(backend: str, peer: bool) -> None:
         from torchkiln.backends import lookup_backend
 
         lookup_backend(backend)
+        # what the first capture imports (as the peer's torch._dynamo below): the
+        # bytecode interpreter and ShapeEnv's lazily imported validator, which imports
+        # torch._dynamo (2-4 s that a cold-compile time would otherwise count for one side)
+        import torchkiln.capture.symbolic_convert  # noqa: F401
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        ShapeEnv()
     except Exception:
         pass
     if peer:

@@ -532,7 +532,14 @@ def view(x, size):
             return out
 
         return _view(x, new, reindex)
-    base = x.realize()
+    if isinstance(x.data, Pointwise) and triton_kernels(x.device):
+        split = _split_reindex(old, new)
+        if split is not None:
+            # a pointwise value (mm + bias) viewed with dims split ([4096, 768] -> [16, 256,
+            # 768]) stays inline: its consumer (layer norm, gelu) computes it in its own
+            # kernel, as TorchInductor's reshape of an unstored value
+            return _view(x, new, split)
+    base = x.realize(_source_order_stride(x, old, new))
     strides = _view_strides(base.layout, old, new)
     if strides is not None:
         layout = base.layout
@@ -579,6 +586,85 @@ def _view_strides(layout, old, new):
                 return None
             strides[j] = sympy.Integer(1)
     return strides
+
+
+def _split_reindex(old, new):
+    """A reindex for ``view(new)`` where every dim of ``old`` (size-1 dims aside) is one or
+    several consecutive dims of ``new``: each old index is a linear sum of new ones; None
+    when dims merge or sizes do not line up."""
+    oi = [i for i, s in enumerate(old) if s != 1]
+    ni = [j for j, s in enumerate(new) if s != 1]
+    groups, j = [], 0
+    for i in oi:
+        group, prod = [], sympy.Integer(1)
+        while j < len(ni) and sympy.expand(prod - old[i]) != 0:
+            prod = prod * new[ni[j]]
+            group.append(ni[j])
+            j += 1
+        if not group or sympy.expand(prod - old[i]) != 0:
+            return None
+        groups.append((i, group))
+    if j != len(ni):
+        return None
+
+    def reindex(idx):
+        out = [sympy.Integer(0)] * len(old)
+        for i, group in groups:
+            flat = sympy.Integer(0)
+            for k in group:
+                flat = flat * new[k] + idx[k]
+            out[i] = flat
+        return out
+
+    return reindex
+
+
+def _source_order_stride(x, old, new):
+    """Strides to store ``x`` (a view of one buffer, such as a transposed key before a
+    batched matmul) in before ``view(new)``: the order of the strides it reads its source
+    with, so that the copy reads and writes consecutive elements, when ``view(new)`` of
+    that layout needs no further copy (Triton kernels); None (contiguous) otherwise."""
+    if not isinstance(x.data, (View, Pointwise)) or not triton_kernels(x.device) or not all(
+            sympy.sympify(s).is_Integer for s in old):
+        return None
+    src = current_graph().current_node.args[0]
+    if not isinstance(src, torch.fx.Node) or len(src.users) != 1:
+        return None  # another user (an output: eager's strides) sees the stored value too
+    xs = ir.index_vars("x", len(old))
+    loads = []
+
+    def walk(v):
+        if isinstance(v, ir.Load):
+            loads.append(v)
+        elif isinstance(v, Op):
+            for a in v.args:
+                walk(a)
+
+    walk(x.make_loader()(list(xs)))
+    if len({ld.buffer for ld in loads}) != 1:
+        return None
+    index = sympy.expand(loads[0].index)
+    keep = [i for i in range(len(old)) if old[i] != 1]
+    coeffs = {i: index.coeff(xs[i]) for i in keep}
+    if not all(c.is_Integer and c >= 0 for c in coeffs.values()) or (
+            sympy.expand(index - sum(c * xs[i] for i, c in coeffs.items())).free_symbols & set(xs)):
+        return None  # not a strided read of the source
+    # the source's order, else the default one with the source's innermost dim innermost
+    # (a key (b, h, d, s) read from (b, s, h, d): stored (b, h, s, d), still (b*h, d, s))
+    source = sorted(keep, key=lambda i: (coeffs[i] != 0, -int(coeffs[i])))  # outermost first; broadcast dims out
+    inner = [i for i in keep if i != source[-1]] + [source[-1]]
+    for order in (source, inner):
+        if order == keep:
+            return None
+        stride = [None] * len(old)
+        step = sympy.Integer(1)
+        for i in reversed(order):
+            stride[i] = step
+            step = step * old[i]
+        stride = [step if s is None else s for s in stride]
+        if _view_strides(Layout(list(old), stride, sympy.Integer(0), x.dtype, x.device), old, new) is not None:
+            return stride
+    return None
 
 
 def _flat_reindex(old, new):
