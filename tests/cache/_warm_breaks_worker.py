@@ -170,7 +170,9 @@ def main() -> int:
                                     for k, v in counters["warm_start_bypass"].items()
                                     if v - before.get("warm_start_bypass", {}).get(k, 0)},
                         "log": list(lines.lines)}
-    print(json.dumps({"ok": ok, "frames": report}))
+    from torchkiln.cache.keys import torchkiln_source_hash  # in every key: equal in both processes, or nothing hits
+
+    print(json.dumps({"ok": ok, "frames": report, "source_hash": torchkiln_source_hash()}))
     return 0 if ok else 1
 
 

@@ -6,6 +6,8 @@ class: transformers' ``DynamicCache``) is rebuilt as capture's recipe does; a fr
 with symbolic sizes keeps its shape guards.  Two subprocesses (cold, then warm); every result and the
 side effects of the breaking calls are checked against eager, and a changed argument
 or global that fails a guard captures again."""
+import pytest
+
 from ._subprocess import run_worker
 
 
@@ -21,6 +23,8 @@ def test_frames_with_graph_breaks_load_from_records(fresh_cache):
 
     warm = _run("warm", WB_SCALE="5.0")
     assert warm["ok"], warm  # results and the breaking calls' side effects equal eager's
+    if warm["source_hash"] != cold["source_hash"]:  # a checkout updated between the processes (a merge)
+        pytest.skip("torchkiln's sources changed between the cold and the warm process: every record misses")
     frames = warm["frames"]
     for name in ("call", "branch", "kwargs", "module"):  # nothing captured: every piece from its record
         assert frames[name]["captured"] == 0 and frames[name]["hit"] >= 2, (name, frames[name])
