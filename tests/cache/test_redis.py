@@ -80,7 +80,11 @@ def test_two_processes_share_artifacts(remote, tmp_path):
     proc, url, client = remote
     check(requires_grad=True)
     assert client.keys("torchkiln:fxgraph:*") and client.keys("torchkiln:aotautograd:*")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p), TORCHKILN_CACHE_DIR=str(tmp_path / "other_machine"))
+    secret_file = tmp_path / "secret"  # the other machine reads the secret from a key file
+    secret_file.write_text(os.environ["TORCHKILN_CACHE_SECRET"] + "\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p), TORCHKILN_CACHE_DIR=str(tmp_path / "other_machine"),
+               TORCHKILN_CACHE_SECRET_FILE=str(secret_file))
+    del env["TORCHKILN_CACHE_SECRET"]
     code = ("import json, torch, torchkiln; from tests.cache.test_redis import check; check(True); "
             "print(json.dumps({k: dict(v) for k, v in torchkiln.counters.items()}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
