@@ -18,6 +18,8 @@ def test_num_splits():
     assert split_reduction.num_splits(1, 1 << 23) == 1024  # a full sum
     assert split_reduction.num_splits(1, 8192) == 1  # too little work for a second launch
     assert split_reduction.num_splits(4096, 4096) == 1  # enough outputs already
+    assert split_reduction.num_splits(2048, 8192, outer=True) == 8  # a column sum: 32 outputs a program
+    assert split_reduction.num_splits(16384, 8192, outer=True) == 1
     assert split_reduction.num_splits(8, 1000) == 1  # short rows
     assert split_reduction.num_splits(3, 4099 * 1023) == 1  # no power of two divides the row
     for x, r in [(1, 1 << 20), (7, 6144 * 256), (1000, 1 << 20)]:
@@ -52,6 +54,15 @@ def _spy(monkeypatch) -> list:
     calls, real = [], split_reduction._partials  # one call per stage-1 partial result
     monkeypatch.setattr(split_reduction, "_partials", lambda red, n: calls.append(n) or real(red, n))
     return calls
+
+
+def test_wide_column_sum_is_split_row_sum_is_not(monkeypatch):
+    calls = _spy(monkeypatch)
+    x = torch.randn(4096, 2048)
+    torchkiln.reset()
+    out = torchkiln.compile(lambda x: (x.sum(0), x.sum(1)))(x)
+    assert same(out, (x.sum(0), x.sum(1)), tol=1e-4)
+    assert calls and set(calls) == {8}  # the column sum (2048 outputs): 8 chunks of 512 rows; the row sum whole
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])

@@ -31,6 +31,10 @@ TARGET_OUTPUTS = 16384
 MIN_CHUNK = 256  # elements each stage-1 row reduces at least
 MIN_RNUMEL = 4096  # shorter rows are never split
 MAX_XNUMEL = 1024  # more outputs than this already fill the GPU
+# an outer reduction (a column sum: a bias gradient) runs 32 outputs a program
+# (runtime.reduction_config): 2048 columns were 64 programs looping over all rows
+# (nanoGPT's MLP bias gradient, 8192 x 2048 on the H100: 77 us, the data read in ~25)
+MAX_XNUMEL_OUTER = 8192
 # fewer elements than this are read in a few us even unsplit: a second kernel's launch
 # costs more where the step is launch-bound (resnet_cnn training on the H100: 32 more
 # launches a step for 4 ms less GPU time made the step slower)
@@ -38,11 +42,13 @@ MIN_ELEMENTS = 1 << 20
 MAX_SPLITS = 1024  # a full sum: 1024 partials of long rows beat 16384 short ones (12 vs ~8 us)
 
 
-def num_splits(xnumel: int, rnumel: int) -> int:
+def num_splits(xnumel: int, rnumel: int, outer: bool = False) -> int:
     """``S`` for ``xnumel`` outputs of ``rnumel``-element rows: a power of two dividing
     ``rnumel``, at most ``TARGET_OUTPUTS / xnumel``, ``rnumel / MIN_CHUNK`` and ``MAX_SPLITS``; 1 when
-    the reduction stays whole."""
-    if xnumel <= 0 or xnumel > MAX_XNUMEL or rnumel < MIN_RNUMEL or xnumel * rnumel < MIN_ELEMENTS:
+    the reduction stays whole.  ``outer``: the rows are strided and the outputs contiguous
+    (a column sum), split up to ``MAX_XNUMEL_OUTER`` outputs."""
+    if (xnumel <= 0 or xnumel > (MAX_XNUMEL_OUTER if outer else MAX_XNUMEL) or rnumel < MIN_RNUMEL
+            or xnumel * rnumel < MIN_ELEMENTS):
         return 1
     limit = min(TARGET_OUTPUTS // xnumel, rnumel // MIN_CHUNK, MAX_SPLITS)
     splits = 1
@@ -65,7 +71,34 @@ def _splits_for(red: Reduction) -> int:
         return 1
     xnumel = functools.reduce(operator.mul, [int(s) for s in red.size], 1)
     rnumel = functools.reduce(operator.mul, [int(s) for s in red.reduction_ranges], 1)
-    return num_splits(xnumel, rnumel)
+    return num_splits(xnumel, rnumel, xnumel > MAX_XNUMEL and _outer(red))
+
+
+def _outer(red: Reduction) -> bool:
+    """Whether some load of ``red`` is contiguous in its innermost output dim and strided
+    in its innermost reduced dim (as the Triton kernel's ``outer_reduction``)."""
+    xs = ir.index_vars("x", len(red.size))
+    rs = ir.index_vars("r", len(red.reduction_ranges))
+    kept = [v for v, n in zip(xs, red.size) if n != 1]
+    reduced = [v for v, n in zip(rs, red.reduction_ranges) if n != 1]
+    if not kept or not reduced:
+        return False
+    x_in, r_in = kept[-1], reduced[-1]
+    seen, todo = set(), [red.inner_fn(list(xs), list(rs))]
+    while todo:
+        v = todo.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, ir.Load):
+            e = sympy.expand(v.index)
+            if e.coeff(x_in) == 1 and r_in in e.free_symbols and e.coeff(r_in) != 1:
+                return True
+        elif isinstance(v, ir.Op):
+            todo.extend(v.args)
+        elif isinstance(v, ir.Masked):
+            todo.extend((v.mask, v.body))
+    return False
 
 
 def maybe_split(red: Reduction) -> TensorBox:
