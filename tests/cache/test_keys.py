@@ -236,8 +236,11 @@ def test_source_hash_memo_follows_every_file_change(tmp_path, monkeypatch):
         import hashlib
 
         h = hashlib.sha256()
-        for path in keys._source_files(str(root)):
-            h.update(os.path.relpath(path, root).encode() + b"\0" + open(path, "rb").read())
+        for dirpath, dirnames, filenames in os.walk(root):  # every .py file, by directory then name
+            dirnames.sort()
+            for name in sorted(n for n in filenames if n.endswith(".py")):
+                path = os.path.join(dirpath, name)
+                h.update(os.path.relpath(path, root).encode() + b"\0" + open(path, "rb").read())
         return h.hexdigest()
 
     first = keys.source_hash(str(root))

@@ -64,8 +64,8 @@ def source_hash(root: str) -> str:
     start = time.time()
     h = hashlib.sha256()
     newest = 0
-    for path in files:
-        h.update(os.path.relpath(path, root).encode() + b"\0")
+    for rel, path in files:
+        h.update(rel.encode() + b"\0")
         with open(path, "rb") as f:
             newest = max(newest, os.fstat(f.fileno()).st_ctime)
             h.update(f.read())
@@ -84,26 +84,30 @@ SOURCE_HASH_NAMESPACE = "source_hash"
 RACY_S = 2.0
 
 
-def _source_files(root: str) -> list[str]:
+def _source_files(root: str) -> list[tuple[str, str]]:
+    """``(path relative to root, path)`` of every ``.py`` file under ``root``, sorted by
+    directory then name (``relpath`` once per directory: per file it was most of the cost)."""
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        out += [os.path.join(dirpath, name) for name in sorted(filenames) if name.endswith(".py")]
+        rel_dir = os.path.relpath(dirpath, root)
+        prefix = "" if rel_dir == "." else rel_dir + os.sep
+        out += [(prefix + name, os.path.join(dirpath, name)) for name in sorted(filenames) if name.endswith(".py")]
     return out
 
 
-def source_fingerprint(root: str, files: list[str]) -> str:
+def source_fingerprint(root: str, files: list[tuple[str, str]]) -> str:
     """Digest of ``root`` and of each file's name, size, mtime, ctime and inode: a file
     written since (edited, checked out, reinstalled) changes its ctime, which no tool sets
     back, and a tree copied elsewhere has other ctimes and another root."""
     h = hashlib.sha256(os.path.realpath(root).encode() + b"\0")
-    for path in files:
+    for rel, path in files:
         st = os.stat(path)
-        h.update(f"{os.path.relpath(path, root)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\n".encode())
+        h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\n".encode())
     return h.hexdigest()
 
 
-def _source_hash_memo(root: str, files: list[str]):
+def _source_hash_memo(root: str, files: list[tuple[str, str]]):
     """``(store, key)``: the local store (never the remote one: the fingerprint describes
     this machine's files) and this tree's key in it."""
     from .store import get_store
