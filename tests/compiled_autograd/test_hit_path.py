@@ -76,3 +76,20 @@ def test_a_gradient_the_graph_also_returns_is_copied_into_grad():
     torch.testing.assert_close(b.grad, a.detach())
     held = [t for outs in kept for t in outs if isinstance(t, torch.Tensor)]
     assert all(a.grad is not t and b.grad is not t for t in held)
+
+
+def test_optimized_module_zero_grad_reaches_every_parameter():
+    """``OptimizedModule.zero_grad`` (done by the original module when the wrapper has no
+    parameter of its own) clears or zeroes the same gradients as ``Module.zero_grad``."""
+    model = torchkiln.compile(torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1)),
+                              backend="eager")
+    model(torch.randn(2, 3)).sum().backward()
+    model.zero_grad(set_to_none=False)
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+    model.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    own = torch.nn.Parameter(torch.ones(2))
+    model.register_parameter("own", own)  # a parameter of the wrapper itself
+    own.grad = torch.ones(2)
+    model.zero_grad()
+    assert own.grad is None
