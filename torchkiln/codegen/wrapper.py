@@ -110,7 +110,8 @@ class WrapperCodegen:
         allocated with them), up to the strides of size-1 dims, which address nothing."""
         text = self.view(v, inputs=True)
         blay, lay = v.base.layout, v.layout
-        if not text.startswith("reinterpret(") or blay is None or lay.offset != 0:
+        made = text.startswith("reinterpret(") or text.startswith(f"{v.base.name}.as_strided(")
+        if not made or blay is None or lay.offset != 0:
             return text
         bsize, bstride, size, stride = list(blay.size), list(blay.stride), list(lay.size), list(lay.stride)
         perm = _permutation(bsize, bstride, size, stride)
