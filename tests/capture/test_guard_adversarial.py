@@ -336,6 +336,17 @@ def _tensor_python_attribute():  # (fixed) getattr(t, name, default) on an input
     return Case(f, lambda: (t,), lambda: setattr(t, "scale", 4.0))
 
 
+def _id_of_argument():  # (fixed) id(o) was folded with only o's type guarded
+    class O:
+        pass
+    state = {"o": O()}
+    first = id(state["o"])
+
+    def f(x, o):
+        return x + (1 if id(o) == first else 0)
+    return Case(f, lambda: (torch.ones(4), state["o"]), lambda: state.__setitem__("o", O()))
+
+
 def _partial_keyword():
     p = functools.partial(torch.add, alpha=2)
 
@@ -365,7 +376,7 @@ CASES = {
     "dict_key_added": _dict_key_added, "list_grown": _list_grown, "object_class_changed": _object_class_changed,
     "class_property_replaced": _class_property_replaced,
     "instance_shadows_class_attribute": _instance_shadows_class_attribute, "negative_zero": _negative_zero,
-    "tensor_python_attribute": _tensor_python_attribute, "partial_keyword": _partial_keyword,
+    "tensor_python_attribute": _tensor_python_attribute, "partial_keyword": _partial_keyword, "id_of_argument": _id_of_argument,
 }
 
 

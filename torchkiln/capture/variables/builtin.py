@@ -255,6 +255,8 @@ class BuiltinVariable(VariableTracker):
 
             return ConstantVariable(not isinstance(v, (TensorVariable, SymNodeVariable, BaseListVariable, DictVariable)))
         if fn is id and n == 1 and hasattr(args[0], "value"):
+            if getattr(args[0], "source", None) is not None:  # the id is of this very object: ID_MATCH
+                tx.output.guards.id_match(args[0].source, args[0].value)
             return ConstantVariable(id(args[0].value))
         if fn is iter and n == 1:
             if isinstance(args[0], ListIteratorVariable) or hasattr(args[0], "next_item"):
