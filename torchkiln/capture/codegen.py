@@ -136,12 +136,15 @@ class RuntimeCodegen:
 
 
 def returning_code(compiled, inputs, read, side_effects, result):
-    """Transformed code of a frame captured to its end."""
-    def run(L):
-        rt = Runtime(L, compiled(*inputs(L)), read(L))
+    """Transformed code of a frame captured to its end: ``run(L, checked=None)``, where
+    ``checked`` is what the guard returned on ``L`` (the graph inputs' tuple when the
+    guard reads them, see :meth:`.guards.GuardBuilder.build`; else they are read here)."""
+    def run(L, checked=None):
+        rt = Runtime(L, compiled(*(checked if checked.__class__ is tuple else inputs(L))), read(L))
         if side_effects is not None:
             side_effects(rt)
         return result(rt)
+    run.takes_checked = True
     return run
 
 
@@ -155,8 +158,8 @@ def breaking_code(compiled, inputs, read, side_effects, stack, local_values, ste
     natively in it; without one, the contexts re-entered for the break are exited and
     the exception propagates.
     """
-    def run(L):
-        rt = Runtime(L, compiled(*inputs(L)), read(L))
+    def run(L, checked=None):
+        rt = Runtime(L, compiled(*(checked if checked.__class__ is tuple else inputs(L))), read(L))
         if side_effects is not None:
             side_effects(rt)
         values = [r(rt) for r in stack]
@@ -173,6 +176,7 @@ def breaking_code(compiled, inputs, read, side_effects, stack, local_values, ste
             return resume(*after, *locals_)
         # outside the except block: the handler sees the caller's sys.exc_info(), as eagerly
         return handler(exc, *values, *locals_)
+    run.takes_checked = True
     return run
 
 

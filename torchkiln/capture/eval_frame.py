@@ -72,7 +72,15 @@ class FrameCache:
 
     def add(self, key: object, entry: Any) -> None:
         self.entries.insert(0, (key, entry))
-        self.hot.insert(0, (key, entry.guard.check, entry.run))
+        run = entry.run
+        if not getattr(run, "takes_checked", False):
+            run = _ignoring_checked(run)
+        self.hot.insert(0, (key, entry.guard.check, run))
+
+
+def _ignoring_checked(run: Callable) -> Callable:
+    """``run(L)`` as the hot path calls it: ``run(L, what the guard returned)``."""
+    return lambda L, checked: run(L)
 
 
 _frame_caches: dict[Any, FrameCache] = {}
@@ -364,14 +372,16 @@ def _make_wrapper(fn: types.FunctionType, ctx: CompileContext) -> Callable:
         f_locals = binder(args, kwargs)
         try:  # free unless a guard raises; a guard that raises counts as failed
             for entry_key, check, run in hot:
-                if entry_key is now and check(f_locals):
-                    break
+                if entry_key is now:
+                    checked = check(f_locals)  # True, or the graph inputs it read
+                    if checked:
+                        break
             else:
                 run = None
         except Exception:  # noqa: BLE001
-            run = _lookup_skipping_broken_guards(hot, now, f_locals)
+            run, checked = _lookup_skipping_broken_guards(hot, now, f_locals)
         if run is not None:
-            return run(f_locals)
+            return run(f_locals, checked)
         return _on_miss(fc, ctx, fn, args, kwargs, f_locals, now)
 
     if ctx.compiled_autograd and _compiled_autograd_hook is not None:
@@ -396,11 +406,12 @@ def _lookup_skipping_broken_guards(hot: list, key: object, f_locals: dict):
     """The slow lookup after a guard raised: such an entry just does not match."""
     for entry_key, check, run in hot:
         try:
-            if entry_key is key and check(f_locals):
-                return run
+            checked = entry_key is key and check(f_locals)
         except Exception:  # noqa: BLE001
             continue
-    return None
+        if checked:
+            return run, checked
+    return None, None
 
 
 def _failure_reason(entry, f_locals: dict) -> str:

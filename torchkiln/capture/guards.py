@@ -74,6 +74,7 @@ class GuardBuilder:
         self.tensor_sources: list[str] = []
         self._lookups: dict[type, set[str]] = {}  # class -> names capture looked up on it
         self._by_id: dict[int, str] = {}  # id(value) -> its constant name (the env keeps it alive)
+        self._same_object: dict[str, object] = {}  # source -> the int/float/str/bytes object it held
 
     def class_lookup(self, cls, name: str) -> None:
         """Capture decided something from what ``name`` resolves to through ``cls.__mro__``
@@ -133,6 +134,8 @@ class GuardBuilder:
         self.add(f"{source} is {self._named(value)}")
 
     def constant_match(self, source: str, value) -> None:
+        if type(value) in (int, float, str, bytes):
+            self._same_object.setdefault(source, value)
         if value is None or value is True or value is False or value is Ellipsis:
             self.add(f"{source} is {value!r}")
         elif type(value) is int and scalar_source(source):  # automatic dynamic may make it a SymInt
@@ -234,27 +237,35 @@ class GuardBuilder:
         self.add(f"___global_state({key!r}) == {self.const(value)}",
                  lambda L: f"GLOBAL_STATE changed: {key}. expected {value}")
 
-    def build(self) -> "Guard":
+    def build(self, returns: list[str] | None = None) -> "Guard":
+        """The guard of the parts added so far.  ``returns``: the sources of the graph's
+        inputs; the generated check then returns the tuple of their values instead of
+        True (read through the locals the checks already hold: the transformed code
+        takes them from there instead of reading every source again)."""
         self.env.setdefault("___Tensor", torch.Tensor)
         self.env.setdefault("___inf", math.inf)
         self.env.setdefault("___is_grad_enabled", torch.is_grad_enabled)
         self.env.setdefault("___get_default_dtype", torch.get_default_dtype)
         self.env.setdefault("___copysign", math.copysign)
-        codes = _tensor_check_codes([p.code for p in self.parts], self.env)
+        codes = _identity_fast_paths([p.code for p in self.parts], self._same_object, self.const)
+        codes = _tensor_check_codes(codes, self.env)
         classes = []
         reads = self._module_reads()
+        if returns:
+            returns = [self.read_source(r) for r in returns]
         if reads is not None:
             reads.lookups = self._lookups
             codes, classes = module_read_codes(codes, reads)
             reads.forget_values()
             self.f_locals = None  # the guard keeps no argument alive
-        source = _guard_source(codes)
+        source = _guard_source(codes, returns)
         namespace = self.env
         exec(compile(source, "<torchkiln guard>", "exec"), namespace)
         check = namespace.pop("___guard")
         for p in self.parts:
             p.env = namespace
         guard = Guard(check, None, self.parts, source)
+        guard.returns_inputs = bool(returns)
         for code in classes:
             part = GuardPart(code)
             part.reason = lambda L, p=part: f"a class's attribute lookup changed: {p.shown} failed"
@@ -363,17 +374,75 @@ def _tensor_check_codes(codes: list[str], env: dict) -> list[str]:
     return out
 
 
-def _guard_source(codes: list[str]) -> str:
+def _identity_fast_paths(codes: list[str], same_object: dict, const) -> list[str]:
+    """The constant checks of each source in ``same_object`` (``type(S) is float``,
+    ``S == 1e-05``, the sign of a zero, ...) as one part, at the first one's place, that
+    first asks whether ``S`` still holds the very object it held at capture:
+    ``S is ___c7 or (type(S) is float and S == 1e-05)``.  Equivalent: that object is an
+    immutable int/float/str/bytes of the checked type and value, so it passes the
+    checks; any other object is checked as before.  (A module's ``eps``, a dropout's
+    ``p``, a config's ints are read from the same object on every call: one ``is``
+    instead of a type check and a comparison.)  Moving a later check of ``S`` up to the
+    first one's place changes no result: the checks read nothing but ``S``, and a check
+    that raises fails the guard wherever it runs."""
+    if not same_object:
+        return codes
+    groups: dict[str, list[int]] = {}
+    for i, code in enumerate(codes):
+        if len(code) > 1000:
+            continue
+        source = _constant_check_source(code, same_object)
+        if source is not None:
+            groups.setdefault(source, []).append(i)
+    merged: dict[int, str] = {}
+    dropped: set[int] = set()
+    for source, at in groups.items():
+        if not any(codes[i].startswith("type(") for i in at):
+            continue  # the type check is elsewhere: not worth it
+        checks = " and ".join(codes[i] for i in at)
+        merged[at[0]] = f"{source} is {const(same_object[source])} or ({checks})"
+        dropped.update(at[1:])
+    return [merged.get(i, code) for i, code in enumerate(codes) if i not in dropped]
+
+
+def _constant_check_source(code: str, same_object: dict) -> str | None:
+    """The source whose constant check ``code`` is (as :meth:`GuardBuilder.constant_match`
+    writes them), when that source is in ``same_object``; else None."""
+    if code.startswith("type(") and code.endswith(("is int", "is float", "is str", "is bytes")):
+        source = code[5:code.rindex(") is ")]
+        return source if source in same_object and type(same_object[source]).__name__ == code.rsplit(" ", 1)[1] else None
+    if code.startswith("___copysign(1.0, "):
+        source = code[len("___copysign(1.0, "):code.rindex(") == ")]
+        return source if source in same_object else None
+    for sep in (" == ", " != "):
+        source, found, rest = code.partition(sep)
+        if found and source in same_object and (rest == source or rest.lstrip("-") == "___inf" or _is_literal_of(
+                rest, same_object[source])):
+            return source
+    return None
+
+
+def _is_literal_of(text: str, value) -> bool:
+    return text == repr(value)
+
+
+def _guard_source(codes: list[str], returns: list[str] | None = None) -> str:
     """The guard function: the parts in order, with each source prefix used more than
     once computed once (see :func:`.source.hoist_shared_prefixes`), right before the
     first part that reads it, so a part fails or raises at the same point as when each
-    part evaluated its sources in full."""
+    part evaluated its sources in full.  It returns True when all pass, or with
+    ``returns`` (expressions, hoisted with the parts) the tuple of their values."""
     lines = ["def ___guard(L):"]
-    for setup, code in hoist_shared_prefixes(codes):
+    hoisted = hoist_shared_prefixes(codes + list(returns or ()))
+    for setup, code in hoisted[:len(codes)]:
         lines += ["    " + line for line in setup]
         lines.append(f"    if not ({code}):")
         lines.append("        return False")
-    lines.append("    return True")
+    if returns:
+        lines += ["    " + line for setup, _ in hoisted[len(codes):] for line in setup]
+        lines.append("    return (" + "".join(code + ", " for _, code in hoisted[len(codes):]) + ")")
+    else:
+        lines.append("    return True")
     return "\n".join(lines) + "\n"
 
 
@@ -381,7 +450,8 @@ class Guard:
     """A generated predicate over ``f_locals`` (``check``) plus its printable parts."""
 
     def __init__(self, check, code_parts=None, parts=(), source_text=""):
-        self.check = check
+        self.check = check  # check(f_locals): falsy, or True / the graph inputs' tuple (returns_inputs)
+        self.returns_inputs = False
         self._code_parts = code_parts
         self._parts = list(parts)
         self.source_text = source_text

@@ -24,9 +24,14 @@ def global_source(name: str, globals_name: str = "G") -> str:
 def attr_source(base: str | None, attr: str) -> str | None:
     if base is None:
         return None
-    if _IDENT.match(attr) and not keyword.iskeyword(attr) and not attr.startswith("__"):
+    if _IDENT.match(attr) and not keyword.iskeyword(attr) and (not attr.startswith("__") or attr in PLAIN_DUNDERS):
         return f"{base}.{attr}"
     return f"getattr({base}, {attr!r})"
+
+
+# dunder attributes a source reads with attribute syntax (a chain step: hoisted and shared
+# like any other; no name mangling outside a class body); other dunders stay getattr calls
+PLAIN_DUNDERS = frozenset({"__code__", "__closure__", "__defaults__", "__kwdefaults__", "__func__", "__self__"})
 
 
 def item_source(base: str | None, index) -> str | None:

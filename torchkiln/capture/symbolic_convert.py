@@ -1313,7 +1313,7 @@ class InstructionTranslator(InstructionTranslatorBase):
                 side(rt)
         return apply
 
-    def _guard(self):
+    def _guard(self, returns=None):
         g = self.output.guards
         g.grad_mode(self.initial_grad)
         g.default_dtype(self.entry_state["default_dtype"])
@@ -1322,7 +1322,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             g.add(f"len({{{', '.join(f'id({s})' for s in sources)}}}) == {len(sources)}",
                   lambda L: "tensor inputs alias each other (duplicate inputs)")
         self._shape_env_guards(g)
-        return g.build()
+        return g.build(returns)
 
     def _shape_env_guards(self, g):
         shape_env = self.output.shape_env
@@ -1344,7 +1344,8 @@ class InstructionTranslator(InstructionTranslatorBase):
             g.add(expr, size_of=None)
 
     def _entry(self, run, gm, break_reasons):
-        guard = self._guard()
+        # the guard hands the graph inputs it read to the transformed code (run(L, checked))
+        guard = self._guard([i.source for i in self.output.inputs] if getattr(run, "takes_checked", False) else None)
         entry = CacheEntry(guard=guard, fn=None, run=run, graphs=[gm] if gm is not None else [],
                            break_reasons=break_reasons)
         fn = self.fn
