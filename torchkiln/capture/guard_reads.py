@@ -565,6 +565,11 @@ class ModuleReads:
             return classes
         const = self._const
         self._env.update(_BATCH_ENV)
+        tagged = _version_tag_check([c for c, _ in mros], classes, self._env, const)
+        if tagged is not None:
+            out = [code for code in classes if code not in lines]
+            classes.append(tagged)  # a failure reason when the tags alone changed
+            return [tagged] + out
         batched = []
         if mros:
             batched.append(f"___all(___map(___is, ___map(___mro_of, {const(tuple(c for c, _ in mros))}), "
@@ -585,6 +590,84 @@ class ModuleReads:
                 continue
             out.append(code)
         return out
+
+
+def _type_version_offset() -> int | None:
+    """The byte offset of ``tp_version_tag`` in CPython's type object, when this
+    interpreter is one whose behaviour :func:`_version_tag_check` relies on (checked
+    here on throwaway classes), else None.
+
+    CPython gives a class a version tag when its attribute cache first looks a name up
+    on it, and sets it to 0 whenever the class or any class of its MRO is changed
+    (``setattr``/``delattr`` on the class, ``__bases__`` assigned: ``PyType_Modified``
+    invalidates every subclass too); a tag is never given twice (CPython's own method
+    cache relies on both; its test_type_cache checks the uniqueness).  The offset is
+    found as the slot five pointers after ``tp_mro`` (3.11 and 3.12 layouts)."""
+    if sys.implementation.name != "cpython" or sys.version_info[:2] not in ((3, 11), (3, 12)):
+        return None
+    try:
+        import ctypes
+
+        class Base:
+            x = 1
+
+        class Probe(Base):
+            pass
+        word = ctypes.sizeof(ctypes.c_void_p)
+        mro_at = next(off for off in range(0, 64 * word, word)
+                      if ctypes.c_size_t.from_address(id(Probe) + off).value == id(Probe.__mro__))
+        offset = mro_at + 5 * word
+
+        def tag(cls):
+            getattr(cls, "___torchkiln_no_such_name", None)  # makes the attribute cache give it a tag
+            return ctypes.c_uint.from_address(id(cls) + offset).value
+        first, base_first = tag(Probe), tag(Base)
+        Base.x = 2
+        zeroed = ctypes.c_uint.from_address(id(Probe) + offset).value
+        second = tag(Probe)
+        Probe.y = 1
+        third = tag(Probe)
+        ok = (first and base_first and first != base_first and zeroed == 0 and second not in (0, first)
+              and third not in (0, first, second))
+        return offset if ok else None
+    except Exception:  # noqa: BLE001 - another layout: the dict checks stay
+        return None
+
+
+_TYPE_VERSION_OFFSET = _type_version_offset()
+
+
+def _version_tag_check(classes: list[type], lines: list[str], env: dict, const) -> str | None:
+    """One check standing for the class checks ``lines`` (MROs, names absent from class
+    dicts, entries present, on ``classes`` and the classes of their MROs): each class
+    of ``classes`` not in another one's MRO still has the type version tag it has now,
+    after ``lines`` were checked to pass now.  A tag unchanged means neither the class
+    nor any class of its MRO was changed since (see :func:`_type_version_offset`), so
+    every check of ``lines`` still passes.  None (the dict checks stay) on an
+    interpreter without usable tags or a class without one.  The classes are kept alive
+    by the guard (the tags are read from their memory)."""
+    if _TYPE_VERSION_OFFSET is None or not classes:
+        return None
+    import ctypes
+
+    leaves = [c for c in dict.fromkeys(classes) if not any(c is not d and c in d.__mro__ for d in classes)]
+    views = []
+    for c in leaves:
+        if type(c) is not type or c.__flags__ & _IMMUTABLE_TYPE:
+            return None
+        getattr(c, "___torchkiln_no_such_name", None)
+        views.append(ctypes.c_uint.from_address(id(c) + _TYPE_VERSION_OFFSET))
+    tags = tuple(v.value for v in views)
+    try:
+        passed = all(eval(code, env) for code in lines)  # noqa: S307 - the guard's own class checks
+    except Exception:  # noqa: BLE001
+        passed = False
+    if not passed or 0 in tags or tuple(v.value for v in views) != tags:
+        return None
+    env.setdefault("___tag_of", operator.attrgetter("value"))
+    env.setdefault("___eq", operator.eq)
+    const(tuple(leaves))  # the namespace keeps the classes alive while the guard reads their memory
+    return f"___all(___map(___eq, ___map(___tag_of, {const(tuple(views))}), {const(tags)}))"
 
 
 _BATCH_ENV = {"___all": all, "___map": map, "___is": operator.is_, "___mro_of": operator.attrgetter("__mro__"),

@@ -12,6 +12,7 @@ re-runs them one at a time and names the first failing one the field's way, e.g.
 """
 from __future__ import annotations
 
+import ast
 import math
 import re
 import types
@@ -74,7 +75,6 @@ class GuardBuilder:
         self.tensor_sources: list[str] = []
         self._lookups: dict[type, set[str]] = {}  # class -> names capture looked up on it
         self._by_id: dict[int, str] = {}  # id(value) -> its constant name (the env keeps it alive)
-        self._same_object: dict[str, object] = {}  # source -> the int/float/str/bytes object it held
 
     def class_lookup(self, cls, name: str) -> None:
         """Capture decided something from what ``name`` resolves to through ``cls.__mro__``
@@ -101,6 +101,16 @@ class GuardBuilder:
         checks what that relies on).  Call before :meth:`build`."""
         reads = self._module_reads()
         return source if reads is None or self.f_locals is None else reads.source(source)
+
+    def _value_of(self, source: str, default=None):
+        """The value ``source`` names in the frame being captured (``default`` when it
+        cannot be read here)."""
+        if self.f_locals is None:
+            return default
+        try:
+            return eval(f"lambda L: {source}", self.env)(self.f_locals)
+        except Exception:  # noqa: BLE001
+            return default
 
     def source_has_attr(self, source: str, name: str) -> bool | None:
         """``hasattr`` of the value ``source`` names in the frame being captured (None
@@ -134,8 +144,6 @@ class GuardBuilder:
         self.add(f"{source} is {self._named(value)}")
 
     def constant_match(self, source: str, value) -> None:
-        if type(value) in (int, float, str, bytes):
-            self._same_object.setdefault(source, value)
         if value is None or value is True or value is False or value is Ellipsis:
             self.add(f"{source} is {value!r}")
         elif type(value) is int and scalar_source(source):  # automatic dynamic may make it a SymInt
@@ -247,7 +255,7 @@ class GuardBuilder:
         self.env.setdefault("___is_grad_enabled", torch.is_grad_enabled)
         self.env.setdefault("___get_default_dtype", torch.get_default_dtype)
         self.env.setdefault("___copysign", math.copysign)
-        codes = _identity_fast_paths([p.code for p in self.parts], self._same_object, self.const)
+        codes = _identity_fast_paths([p.code for p in self.parts], self._value_of, self.const)
         codes = _tensor_check_codes(codes, self.env)
         classes = []
         reads = self._module_reads()
@@ -374,56 +382,62 @@ def _tensor_check_codes(codes: list[str], env: dict) -> list[str]:
     return out
 
 
-def _identity_fast_paths(codes: list[str], same_object: dict, const) -> list[str]:
-    """The constant checks of each source in ``same_object`` (``type(S) is float``,
-    ``S == 1e-05``, the sign of a zero, ...) as one part, at the first one's place, that
-    first asks whether ``S`` still holds the very object it held at capture:
-    ``S is ___c7 or (type(S) is float and S == 1e-05)``.  Equivalent: that object is an
-    immutable int/float/str/bytes of the checked type and value, so it passes the
-    checks; any other object is checked as before.  (A module's ``eps``, a dropout's
-    ``p``, a config's ints are read from the same object on every call: one ``is``
-    instead of a type check and a comparison.)  Moving a later check of ``S`` up to the
-    first one's place changes no result: the checks read nothing but ``S``, and a check
-    that raises fails the guard wherever it runs."""
-    if not same_object:
-        return codes
+def _identity_fast_paths(codes: list[str], value_of, const) -> list[str]:
+    """The constant checks of a source ``S`` (``type(S) is float``, ``S == 1e-05``, the
+    sign of a zero, ...) as one part, at the first one's place, that first asks whether
+    ``S`` still holds the very object it holds now: ``S is ___c7 or (type(S) is float
+    and S == 1e-05)``.  Equivalent: that object is an immutable int/float/str/bytes that
+    passes those checks now (checked here), so it always does; any other object is
+    checked as before.  (A module's ``eps``, a dropout's ``p``, a config's ints are read
+    from the same object on every call: one ``is`` instead of a type check and a
+    comparison.)  Moving a later check of ``S`` up to the first one's place changes no
+    result: the checks read nothing but ``S``, and a check that raises fails the guard
+    wherever it runs.  ``value_of(S, default)``: the value of ``S`` now."""
     groups: dict[str, list[int]] = {}
     for i, code in enumerate(codes):
-        if len(code) > 1000:
-            continue
-        source = _constant_check_source(code, same_object)
-        if source is not None:
-            groups.setdefault(source, []).append(i)
+        if len(code) <= 1000:
+            source = _constant_check_source(code)
+            if source is not None:
+                groups.setdefault(source, []).append(i)
     merged: dict[int, str] = {}
     dropped: set[int] = set()
+    missing = object()
     for source, at in groups.items():
-        if not any(codes[i].startswith("type(") for i in at):
-            continue  # the type check is elsewhere: not worth it
+        kinds = [codes[i].rsplit(" ", 1)[1] for i in at if codes[i].startswith("type(")]
+        if len(kinds) != 1 or len(at) < 2:
+            continue
+        value = value_of(source, missing)
         checks = " and ".join(codes[i] for i in at)
-        merged[at[0]] = f"{source} is {const(same_object[source])} or ({checks})"
-        dropped.update(at[1:])
+        if type(value).__name__ != kinds[0] or type(value) not in (int, float, str, bytes):
+            continue
+        if value_of(f"({checks})", False) is True and value_of(source, missing) is value:
+            merged[at[0]] = f"{source} is {const(value)} or ({checks})"
+            dropped.update(at[1:])
     return [merged.get(i, code) for i, code in enumerate(codes) if i not in dropped]
 
 
-def _constant_check_source(code: str, same_object: dict) -> str | None:
-    """The source whose constant check ``code`` is (as :meth:`GuardBuilder.constant_match`
-    writes them), when that source is in ``same_object``; else None."""
+def _constant_check_source(code: str) -> str | None:
+    """The source ``S`` whose constant check ``code`` is, as
+    :meth:`GuardBuilder.constant_match` writes them (``type(S) is float``, ``S == 1.5``,
+    ``S != S``, ``S == -___inf``, ``___copysign(1.0, S) == 1.0``), else None."""
     if code.startswith("type(") and code.endswith(("is int", "is float", "is str", "is bytes")):
-        source = code[5:code.rindex(") is ")]
-        return source if source in same_object and type(same_object[source]).__name__ == code.rsplit(" ", 1)[1] else None
-    if code.startswith("___copysign(1.0, "):
-        source = code[len("___copysign(1.0, "):code.rindex(") == ")]
-        return source if source in same_object else None
+        return code[5:code.rindex(") is ")]
+    if code.startswith("___copysign(1.0, ") and code.endswith((") == 1.0", ") == -1.0")):
+        return code[len("___copysign(1.0, "):code.rindex(") == ")]
     for sep in (" == ", " != "):
         source, found, rest = code.partition(sep)
-        if found and source in same_object and (rest == source or rest.lstrip("-") == "___inf" or _is_literal_of(
-                rest, same_object[source])):
+        if found and source and (rest == source or rest in ("___inf", "-___inf") or _is_literal(rest)):
             return source
     return None
 
 
-def _is_literal_of(text: str, value) -> bool:
-    return text == repr(value)
+def _is_literal(text: str) -> bool:
+    """Whether ``text`` is the repr of an int, float, str or bytes constant."""
+    try:
+        value = ast.literal_eval(text)
+    except Exception:  # noqa: BLE001
+        return False
+    return type(value) in (int, float, str, bytes) and repr(value) == text
 
 
 def _guard_source(codes: list[str], returns: list[str] | None = None) -> str:

@@ -474,7 +474,7 @@ def _record_guard(env: dict, parts: list, lookups: list, inputs: list, f_locals:
         builder.class_lookup(cls, name)
     read = [builder.read_source(s) for s in inputs]
     with nogc():
-        guard = builder.build()
+        guard = builder.build(returns=inputs)  # as capture builds it (the run reads the inputs again)
     return guard, builder.env, read
 
 
