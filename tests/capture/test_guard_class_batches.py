@@ -61,3 +61,30 @@ def test_class_change_recompiles(change):
         finally:
             if change == "replace_forward":
                 torch.nn.Linear.forward = orig
+
+
+def test_class_checks_are_one_version_tag_check_on_cpython():
+    """On CPython 3.11/3.12 the class checks run as one check of type version tags (the
+    dict checks are the failure reasons); a change of any class of a module's MRO, even
+    one that sets a value back, recompiles; the result is eager's."""
+    from torchkiln.capture import guard_reads
+
+    if guard_reads._TYPE_VERSION_OFFSET is None:
+        pytest.skip("no usable type version tags on this interpreter")
+    torchkiln.reset()
+    M, Inner = _make()
+    m = M()
+    reasons = []
+    cm = torchkiln.optimize("eager", guard_fail_fn=lambda f: reasons.append(f.reason))(m)
+    x = torch.randn(2, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(cm(x), m(x))
+        (source,) = _guard_sources()
+        assert "___tag_of" in source and "isdisjoint" not in source
+        torch.nn.Module.some_flag = 1  # the base of every module class: their tags change
+        try:
+            torch.testing.assert_close(cm(x), m(x))
+        finally:
+            del torch.nn.Module.some_flag
+        torch.testing.assert_close(cm(x), m(x))
+    assert reasons and "class" in reasons[0], reasons
