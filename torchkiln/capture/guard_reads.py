@@ -565,11 +565,6 @@ class ModuleReads:
             return classes
         const = self._const
         self._env.update(_BATCH_ENV)
-        tagged = _version_tag_check([c for c, _ in mros], classes, self._env, const)
-        if tagged is not None:
-            out = [code for code in classes if code not in lines]
-            classes.append(tagged)  # a failure reason when the tags alone changed
-            return [tagged] + out
         batched = []
         if mros:
             batched.append(f"___all(___map(___is, ___map(___mro_of, {const(tuple(c for c, _ in mros))}), "
@@ -581,6 +576,9 @@ class ModuleReads:
             proxies, names, values = zip(*gets)
             batched.append(f"___all(___map(___is, ___map(___getitem, {const(proxies)}, {const(names)}), "
                            f"{const(values)}))")
+        tagged = _version_tag_check([c for c, _ in mros], batched, self._env, const)
+        if tagged is not None:
+            batched = [tagged]
         out, placed = [], False
         for code in classes:
             if code in lines:
@@ -637,37 +635,54 @@ def _type_version_offset() -> int | None:
 _TYPE_VERSION_OFFSET = _type_version_offset()
 
 
-def _version_tag_check(classes: list[type], lines: list[str], env: dict, const) -> str | None:
-    """One check standing for the class checks ``lines`` (MROs, names absent from class
-    dicts, entries present, on ``classes`` and the classes of their MROs): each class
-    of ``classes`` not in another one's MRO still has the type version tag it has now,
-    after ``lines`` were checked to pass now.  A tag unchanged means neither the class
-    nor any class of its MRO was changed since (see :func:`_type_version_offset`), so
-    every check of ``lines`` still passes.  None (the dict checks stay) on an
-    interpreter without usable tags or a class without one.  The classes are kept alive
-    by the guard (the tags are read from their memory)."""
-    if _TYPE_VERSION_OFFSET is None or not classes:
+def _version_tag_check(classes: list[type], checks: list[str], env: dict, const) -> str | None:
+    """One check equivalent to the class checks ``checks`` (MROs, names absent from
+    class dicts, entries present, on ``classes`` and the classes of their MROs), fast
+    while no class changes: ``tags_ok or recheck()``.  ``tags_ok``: each class of
+    ``classes`` not in another one's MRO has the type version tag it had when
+    ``checks`` last passed; a tag unchanged means neither the class nor any class of its
+    MRO was changed since (see :func:`_type_version_offset`), so ``checks`` still pass.
+    Else ``recheck()`` runs ``checks`` and, when they pass, takes the new tags (torch.fx's
+    tracer patches ``nn.Module.__call__``/``__getattr__`` and puts them back: every
+    module class gets new tags, its dicts are the same).  So the check passes exactly
+    when ``checks`` do.  None (``checks`` run as they are) on an interpreter without
+    usable tags or for a class without one.  The guard keeps the classes alive (the
+    tags are read from their memory)."""
+    if _TYPE_VERSION_OFFSET is None or not classes or not checks:
         return None
     import ctypes
 
     leaves = [c for c in dict.fromkeys(classes) if not any(c is not d and c in d.__mro__ for d in classes)]
-    views = []
-    for c in leaves:
-        if type(c) is not type or c.__flags__ & _IMMUTABLE_TYPE:
-            return None
-        getattr(c, "___torchkiln_no_such_name", None)
-        views.append(ctypes.c_uint.from_address(id(c) + _TYPE_VERSION_OFFSET))
-    tags = tuple(v.value for v in views)
-    try:
-        passed = all(eval(code, env) for code in lines)  # noqa: S307 - the guard's own class checks
-    except Exception:  # noqa: BLE001
-        passed = False
-    if not passed or 0 in tags or tuple(v.value for v in views) != tags:
+    if any(type(c) is not type or c.__flags__ & _IMMUTABLE_TYPE for c in leaves):
+        return None
+    views = tuple(ctypes.c_uint.from_address(id(c) + _TYPE_VERSION_OFFSET) for c in leaves)
+    recheck = _TagRecheck(leaves, views, eval(f"lambda: {' and '.join(f'({c})' for c in checks)}", env))
+    if not recheck():
         return None
     env.setdefault("___tag_of", operator.attrgetter("value"))
     env.setdefault("___eq", operator.eq)
-    const(tuple(leaves))  # the namespace keeps the classes alive while the guard reads their memory
-    return f"___all(___map(___eq, ___map(___tag_of, {const(tuple(views))}), {const(tags)}))"
+    return f"(___all(___map(___eq, ___map(___tag_of, {const(views)}), {const(recheck.tags)})) or {const(recheck)}())"
+
+
+class _TagRecheck:
+    """``recheck()``: the class checks, and on success the classes' current version
+    tags into ``tags`` (the list the fast check compares with)."""
+
+    def __init__(self, classes: list, views: tuple, checks):
+        self.classes = classes  # kept alive: their tags are read from their memory
+        self.views = views
+        self.checks = checks
+        self.tags: list[int] = []
+
+    def __call__(self) -> bool:
+        for c in self.classes:
+            getattr(c, "___torchkiln_no_such_name", None)  # a lookup gives a class without a tag its new one
+        before = [v.value for v in self.views]
+        if not self.checks():
+            return False
+        if 0 not in before and [v.value for v in self.views] == before:
+            self.tags[:] = before
+        return True
 
 
 _BATCH_ENV = {"___all": all, "___map": map, "___is": operator.is_, "___mro_of": operator.attrgetter("__mro__"),
