@@ -120,7 +120,7 @@ def _use_count(storage_id: int) -> int:
 
 
 class _Recording:
-    __slots__ = ("graph", "static", "ptrs", "copies", "outputs", "watch")
+    __slots__ = ("graph", "static", "ptrs", "by_index", "copies", "outputs", "watch")
 
     def __init__(self, graph, static, ptrs, copies, outputs) -> None:
         self.graph, self.static, self.ptrs, self.copies, self.outputs = graph, static, ptrs, copies, outputs
@@ -186,9 +186,10 @@ class CUDAGraphRunner:
                     perf_hints.info("cudagraphs: outputs of an earlier replay are still in use; running the graph "
                                     "without its recording while they are")
                 return self.compiled(*args)
-            for i, ptr in zip(rec.static, rec.ptrs):
-                if args[i].data_ptr() != ptr:  # a static input moved: record again without it
-                    return self._record(sig, args, [j for j in rec.static if j != i])
+            if not _static_inputs_in_place(args, rec.by_index, rec.static):
+                for i, ptr in zip(rec.static, rec.ptrs):
+                    if args[i].data_ptr() != ptr:  # a static input moved: record again without it
+                        return self._record(sig, args, [j for j in rec.static if j != i])
             for i, dst in rec.copies:
                 dst.copy_(args[i])
             rec.graph.replay()
@@ -246,12 +247,40 @@ class CUDAGraphRunner:
             self._skip(f"recording failed: {type(e).__name__}: {str(e)[:200]}")
             return self.compiled(*args)
         rec = _Recording(graph, static, [args[i].data_ptr() for i in static], copies, tuple(outputs))
+        rec.by_index = [None] * len(args)
+        for i, ptr in zip(static, rec.ptrs):
+            rec.by_index[i] = ptr
+        _check_ptrs_equal(args, rec.by_index, static)
         del outputs
         if self.training:
             rec.watch_outputs(args)
         self.recordings[sig] = rec
         graph.replay()
         return self._outputs(rec)
+
+
+def _static_inputs_in_place(args, by_index, indices) -> bool:
+    """Whether ``args[i].data_ptr() == by_index[i]`` for each ``i`` in ``indices``: one C++
+    call where torch has it (what cudagraph trees check on each replay; the ~100
+    parameters of a ResNet cost ~15 us a replay in Python), else a Python loop."""
+    if _ptrs_equal[0] is not None:
+        return _ptrs_equal[0](list(args), by_index, indices)
+    return all(args[i].data_ptr() == by_index[i] for i in indices)
+
+
+def _check_ptrs_equal(args, by_index, indices) -> None:
+    """Use torch's C++ check only once it answered a recording's own inputs right."""
+    if _ptrs_equal[0] is None:
+        return
+    try:
+        ok = _ptrs_equal[0](list(args), by_index, indices) is True
+    except Exception:
+        ok = False
+    if not ok:
+        _ptrs_equal[0] = None
+
+
+_ptrs_equal = [getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)]
 
 
 def _addresses(args) -> list:
