@@ -15,6 +15,14 @@ aten = torch.ops.aten
 
 
 class _Ops(TorchDispatchMode):
+    """Records the ops the compiled code runs: a mode that says it ignores compile
+    internals is on for the compiled artifact (any other mode makes the frame run eagerly,
+    as torch.compile does)."""
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
     def __init__(self):
         super().__init__()
         self.ops = set()
