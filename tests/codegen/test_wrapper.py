@@ -159,7 +159,27 @@ def test_inputs_with_a_storage_offset():
         return (x.reshape(8, 16) @ w.t(), torch.mm(x.reshape(8, 16), w))
 
     compiled = _compile(fn, x, w)
-    assert ".t()" in compiled.source and ".view(" in compiled.source
+    assert "reinterpret(" not in compiled.source and ".view(" in compiled.source
     torch.testing.assert_close(compiled(x, w), fn(x, w), atol=1e-4, rtol=1e-4)
     y = torch.randn(12, 2, 16)[4:8]  # another offset on the next call
     torch.testing.assert_close(compiled(y, w), fn(y, w), atol=1e-4, rtol=1e-4)
+
+
+def test_buffers_are_allocated_in_the_shape_their_gemms_read():
+    # a kernel's [4, 8, 16] result read only as the [32, 16] input of GEMMs is allocated
+    # [32, 16] (no as_strided per call); mm(x, w.t()) is linear(x, w, None); read in two
+    # shapes, a buffer keeps its own and the views are made per call
+    torch.manual_seed(0)
+
+    def fn(x, w1, w2):
+        h = (x.relu() * 2).reshape(32, 16)
+        y = (x.sin() + 1).reshape(32, 16)
+        return (h @ w1.t(), h @ w2.t(), y @ w1.t(), torch.mm(y.reshape(16, 32), w2.reshape(32, 8)))
+
+    args = (torch.randn(4, 8, 16), torch.randn(16, 16), torch.randn(16, 16))
+    compiled = _compile(fn, *args)
+    src = compiled.source
+    assert "empty_strided((32, 16, )" in src and ".t()" not in src
+    assert src.count("as_strided(") == 2, src  # y, read as [32, 16] and [16, 32]
+    for got, want in zip(compiled(*args), fn(*args)):
+        torch.testing.assert_close(got, want)
