@@ -156,3 +156,24 @@ def test_training_gradients():
         torchkiln.compile(model)(x).sum().backward()
     for a, b in zip([p.grad for p in model.parameters()], ref):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_relu_after_a_onednn_linear_is_its_post_op():
+    # relu(linear(x)) (through the 3-d view) is one _linear_pointwise with attr "relu", no
+    # kernel; a linear result read by anything else keeps its ReLU kernel (and the
+    # linear's own result)
+    torch.manual_seed(0)
+    F = torch.nn.functional
+    x, w, b = torch.randn(2, 3, 8), torch.randn(5, 8), torch.randn(5)
+    fused = _compile(lambda x, w, b: (F.relu(F.linear(x, w, b)),), x, w, b)
+    assert "'relu'" in fused.source and "kernel" not in fused.source.split("def call")[1]
+    torch.testing.assert_close(fused(x, w, b)[0], F.relu(F.linear(x, w, b)))
+
+    def shared(x, w, b):
+        y = F.linear(x, w, b)
+        return (F.relu(y), y * 2)
+
+    kept = _compile(shared, x, w, b)
+    assert "'relu'" not in kept.source
+    for got, want in zip(kept(x, w, b), shared(x, w, b)):
+        torch.testing.assert_close(got, want)

@@ -171,6 +171,16 @@ for _name, _op in BINARY.items():
     register(_op)(math_op(_name, 2))
 
 
+_relu_kernel = lowerings[aten.relu.default]
+
+
+@register(aten.relu.default)
+def relu(x):
+    """A kernel, or the post-op of the oneDNN linear computing ``x`` (mkldnn.fuse_relu)."""
+    fused = mkldnn.fuse_relu(current_graph().current_node, x)
+    return fused if fused is not None else _relu_kernel(x)
+
+
 @register(aten.round.default)
 def round_(x):
     return math_op("round", 1)(x)
@@ -322,11 +332,32 @@ def pow_scalar(x, exponent):
           aten.lift_fresh_copy.default, aten.alias_copy.default)
 def to_copy(x, *args, **kwargs):
     val = out_val()
+    if _clone_of_private_value(x, kwargs, val):
+        return x
     if val.device != x.device:
         return fallback_handler(*([x] + list(args)), **kwargs)
     size = out_size()
     load = x.make_loader()
     return TensorBox(Pointwise(size, val.dtype, val.device, lambda idx: cast(load(idx), val.dtype)))
+
+
+def _clone_of_private_value(x, kwargs, val) -> bool:
+    """Whether ``clone(x)`` may be ``x`` itself: ``x`` is the new result of a non-view op
+    (not a graph input) that nothing but this clone reads, with the clone's strides
+    (dropout in eval mode leaves such a clone after T5's ReLU).  A copy would be a
+    kernel pass, or keep a ReLU from fusing into its oneDNN linear (mkldnn.fuse_relu)."""
+    node = current_graph().current_node
+    if node.target is not aten.clone.default or kwargs.get("memory_format") not in (None, torch.preserve_format):
+        return False
+    src = node.args[0]
+    if not isinstance(src, torch.fx.Node) or src.op != "call_function" or len(src.users) != 1:
+        return False
+    schema = getattr(src.target, "_schema", None)
+    if schema is None or any(r.alias_info is not None for r in schema.returns) or schema.is_mutable:
+        return False
+    sval = src.meta.get("val")
+    return (isinstance(sval, torch.Tensor) and isinstance(x, TensorBox) and sval.dtype == val.dtype
+            and sval.device == val.device and sval.stride() == val.stride() and sval.shape == val.shape)
 
 
 @register(aten.copy.default)
