@@ -63,3 +63,25 @@ def test_guard_returns_the_inputs_it_read():
         assert type(checked) is tuple and any(t is lin.weight for t in checked) and any(t is x for t in checked)
         lin.weight = torch.nn.Parameter(torch.ones(3, 3))  # read again by the next check
         torch.testing.assert_close(compiled(x), lin(x))
+
+
+def test_class_with_a_metaclass_changed_after_compile():
+    """The version-tag class check covers classes of any metaclass (ABCMeta here)."""
+    import abc
+
+    class Scale(abc.ABC):
+        def k(self):
+            return 2.0
+
+    class Impl(Scale):
+        pass
+    torchkiln.reset()
+    obj = Impl()
+
+    def f(x, o):
+        return x * o.k()
+    compiled = torchkiln.compile(f, backend="eager")
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(x, obj), f(x, obj))
+    Scale.k = lambda self: 5.0
+    torch.testing.assert_close(compiled(x, obj), f(x, obj))

@@ -653,8 +653,8 @@ def _version_tag_check(classes: list[type], checks: list[str], env: dict, const)
     import ctypes
 
     leaves = [c for c in dict.fromkeys(classes) if not any(c is not d and c in d.__mro__ for d in classes)]
-    if any(type(c) is not type or c.__flags__ & _IMMUTABLE_TYPE for c in leaves):
-        return None
+    if any(not isinstance(c, type) or c.__flags__ & _IMMUTABLE_TYPE for c in leaves):
+        return None  # (a metaclass, ABCMeta's say, changes a class's dict through type.__setattr__ too)
     views = tuple(ctypes.c_uint.from_address(id(c) + _TYPE_VERSION_OFFSET) for c in leaves)
     recheck = _TagRecheck(leaves, views, eval(f"lambda: {' and '.join(f'({c})' for c in checks)}", env))
     if not recheck():
