@@ -50,6 +50,27 @@ def make_scaler(k):
     return scale
 
 
+def deprecate_arg(name):  # a decorator factory, as transformers' ``deprecate_kwarg``
+    def wrapper(func):
+        def wrapped_func(*args, **kwargs):
+            kwargs.pop(name, None)
+            return func(*args, **kwargs)
+        return wrapped_func
+    return wrapper
+
+
+def test_code_of_a_decorator_factory_is_named_through_its_outermost_function():
+    """``deprecate_arg.<locals>.wrapper.<locals>.wrapped_func`` (transformers 5.17's BERT and
+    GPT-2 forwards, on the H100): ``wrapper`` cannot be resolved by name, ``deprecate_arg``
+    can; the code is found two ``co_consts`` levels down (no record was saved before)."""
+    from torchkiln.capture import warm_start
+
+    code = deprecate_arg("old")(make_scaler).__code__
+    desc = warm_start.encode(code)
+    assert desc[0] == "nested_code" and desc[2] == "deprecate_arg" and len(desc[3]) == 2, desc
+    assert warm_start.decode(json.loads(json.dumps(desc))) is code
+
+
 def test_local_function_code_is_named_through_its_outer_function():
     """A local function's code object (guarded by identity, e.g. torch.compiler.disable's
     ``_fn``) is described by its named outer function and the path to it; a changed

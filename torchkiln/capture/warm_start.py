@@ -231,8 +231,9 @@ def encode(v) -> list:
             for depth in range(_MAX_WRAPPED + 1):
                 if _code_of(_unwrapped(_resolve(module, v.co_qualname), depth)) is v:
                     return ["code", module, v.co_qualname, code_digest(v)] + ([depth] if depth else [])
-            if ".<locals>." in v.co_qualname:  # a local function's code: found in its named outer function's
-                outer = v.co_qualname.rsplit(".<locals>.", 1)[0]
+            if ".<locals>." in v.co_qualname:  # a local function's code: found in its outermost named
+                # function's (a decorator factory's ``deco.<locals>.wrapper.<locals>.wrapped``: ``deco``)
+                outer = v.co_qualname.split(".<locals>.", 1)[0]
                 path = _const_path(_code_of(_resolve(module, outer)), v)
                 if path is not None:
                     return ["nested_code", module, outer, path, code_digest(v)]
