@@ -6,6 +6,7 @@ local function's code object (in process).  Two subprocesses (cold, then warm); 
 against eager, hits without capture when nothing changed, and captures again when a
 guard fails, including a mutated input that aliases another one (which the loaded
 graph could not run)."""
+import enum
 import json
 
 from ._subprocess import run_worker
@@ -69,6 +70,28 @@ def test_code_of_a_decorator_factory_is_named_through_its_outermost_function():
     desc = warm_start.encode(code)
     assert desc[0] == "nested_code" and desc[2] == "deprecate_arg" and len(desc[3]) == 2, desc
     assert warm_start.decode(json.loads(json.dumps(desc))) is code
+
+
+class Action(enum.Enum):  # as transformers' utils.deprecation.Action
+    NONE = "none"
+    RAISE = "raise"
+
+
+def test_enum_member_is_named_by_its_class():
+    """An enum member guarded as a constant (transformers 5.17's ``deprecate_kwarg`` closes
+    over ``Action.NONE``) is recorded by class and member name and resolves to the same
+    member; a member that is gone is a bypass."""
+    from torchkiln.capture import warm_start
+
+    desc = warm_start.encode(Action.NONE)
+    assert desc == ["enum", __name__, "Action", "NONE"], desc
+    assert warm_start.decode(json.loads(json.dumps(desc))) is Action.NONE
+    try:
+        warm_start.decode(desc[:3] + ["GONE"])
+    except warm_start._Bypass:
+        pass
+    else:
+        raise AssertionError("a missing member was accepted")
 
 
 def test_local_function_code_is_named_through_its_outer_function():

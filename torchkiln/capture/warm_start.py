@@ -49,6 +49,7 @@ in a process, its records are not used again there (``reset()`` recaptures, as t
 from __future__ import annotations
 
 import ast
+import enum
 import hashlib
 import json
 import logging
@@ -218,6 +219,10 @@ def encode(v) -> list:
             return ["lit", text]
     if type(v) in (tuple, list):
         return [type(v).__name__, [encode(i) for i in v]]
+    if isinstance(v, enum.Enum):  # a member by its class's name and its own (transformers' ``Action.NONE``)
+        cls = type(v)
+        if _resolve(cls.__module__, cls.__qualname__) is cls and cls.__members__.get(v.name) is v:
+            return ["enum", cls.__module__, cls.__qualname__, v.name]
     if isinstance(v, torch.dtype):
         return ["dtype", str(v).removeprefix("torch.")]
     if isinstance(v, torch.device):
@@ -282,6 +287,10 @@ def decode(d: list):
         if isinstance(code, types.CodeType) and code_digest(code) == d[4]:
             return code
         raise _Bypass(f"changed source: {d[1]}.{d[2]} (a local function)")
+    elif kind == "enum":
+        cls = _resolve(d[1], d[2])
+        if isinstance(cls, enum.EnumMeta) and type(d[3]) is str and d[3] in cls.__members__:
+            return cls.__members__[d[3]]
     elif kind == "obj":
         v = _resolve(d[1], d[2])
         if v is not _MISSING:
