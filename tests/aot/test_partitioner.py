@@ -155,3 +155,57 @@ def test_cse_keeps_random_mutating_and_data_dependent_ops_apart():
     assert ops.count(aten.mul.Tensor) == 2  # 0.0 and -0.0 are different arguments
     assert ops.count(aten.sum.default) == 1 and ops.count(aten._local_scalar_dense.default) == 2
     assert merged == 2
+
+
+def _bw_op_names(gm):
+    return {n.target.overloadpacket.__name__ for n in gm.graph.nodes
+            if isinstance(getattr(n, "target", None), torch._ops.OpOverload)}
+
+
+def test_min_cut_saves_a_value_both_passes_matmuls_read():
+    # sin(x @ w1) is read by the forward's mm and by the backward's mm (w2's gradient):
+    # the forward writes it anyway, so it is saved, not recomputed in the backward
+    # (torch.compile's partitioner bans recomputing a node materialized in the backward).
+    from torchkiln.aot import aot_function
+
+    fw, bw = GraphRecorder(), GraphRecorder()
+    args = [torch.randn(8, 32, requires_grad=True), torch.randn(32, 64, requires_grad=True),
+            torch.randn(64, 16, requires_grad=True)]
+    f = aot_function(lambda x, w1, w2: torch.sin(x @ w1) @ w2, fw, bw, partition_fn=min_cut_rematerialization_partition)
+    f(*args).pow(2).sum().backward()
+    ref = [a.detach().requires_grad_(True) for a in args]
+    (torch.sin(ref[0] @ ref[1]) @ ref[2]).pow(2).sum().backward()
+    torch.testing.assert_close([a.grad for a in args], [r.grad for r in ref])
+    assert "sin" not in _bw_op_names(bw.graphs[0]), bw.graphs[0].code
+
+
+def test_min_cut_sees_through_a_p0_dropout_clone():
+    # dropout(p=0) in training mode is a clone: the attention probabilities are saved once
+    # (for the backward's bmm and the softmax backward), exp is not recomputed.
+    from torchkiln.aot import aot_function
+
+    fw, bw = GraphRecorder(), GraphRecorder()
+    table = torch._decomp.decomposition_table
+    decomps = {op: table[op] for op in (aten._softmax.default, aten._softmax_backward_data.default)}
+
+    def attn(s, v):
+        return torch.nn.functional.dropout(torch.softmax(s, -1), 0.0, True) @ v
+
+    args = [torch.randn(2, 16, 16, requires_grad=True), torch.randn(2, 16, 8, requires_grad=True)]
+    f = aot_function(attn, fw, bw, partition_fn=min_cut_rematerialization_partition, decompositions=decomps)
+    f(*args).pow(2).sum().backward()
+    ref = [a.detach().requires_grad_(True) for a in args]
+    attn(*ref).pow(2).sum().backward()
+    torch.testing.assert_close([a.grad for a in args], [r.grad for r in ref])
+    assert "exp" not in _bw_op_names(bw.graphs[0]), bw.graphs[0].code
+
+
+def test_a_clone_returned_or_of_an_input_is_kept():
+    from torchkiln.aot import aot_function
+
+    x = torch.randn(4, 4, requires_grad=True)
+    out = aot_function(lambda t: (t.clone(), t.sin().clone()), nop, partition_fn=min_cut_rematerialization_partition)(x)
+    assert out[0].data_ptr() != x.data_ptr()
+    torch.testing.assert_close(out[1], x.sin())
+    (out[0].sum() + out[1].sum()).backward()
+    torch.testing.assert_close(x.grad, 1 + x.detach().cos())

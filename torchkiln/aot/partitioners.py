@@ -213,7 +213,11 @@ _VIEW_NAMES = {"view", "reshape", "_unsafe_view", "t", "transpose", "permute", "
 # read is written by the forward anyway, so saving it costs no extra write.
 _EXTERN_NAMES = {"mm", "bmm", "addmm", "baddbmm", "convolution", "convolution_backward",
                  "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-                 "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu"}
+                 "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+                 "_scaled_dot_product_flash_attention_backward",
+                 "_scaled_dot_product_efficient_attention_backward",
+                 "_scaled_dot_product_cudnn_attention_backward",
+                 "_scaled_dot_product_flash_attention_for_cpu_backward"}
 
 
 def _op_name(n: fx.Node):
@@ -234,9 +238,34 @@ def _materialized(n: fx.Node, memo: dict) -> bool:
         base = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
         out = base is not None and _materialized(base, memo)
     else:
-        out = any(_op_name(u) in _EXTERN_NAMES for u in n.users)
+        out = _read_by_extern(n, lambda u: True)
     memo[n] = out
     return out
+
+
+def _read_by_extern(n: fx.Node, which) -> bool:
+    """Whether an extern kernel ``u`` with ``which(u)`` reads ``n``, directly or through views."""
+    stack, seen = [n], set()
+    while stack:
+        for u in stack.pop().users:
+            if u in seen:
+                continue
+            seen.add(u)
+            name = _op_name(u)
+            if name in _EXTERN_NAMES and which(u):
+                return True
+            if name in _VIEW_NAMES:
+                stack.append(u)
+    return False
+
+
+def _materialized_in_backward(n: fx.Node, tangent_dep: set) -> bool:
+    """Whether a backward extern kernel (a weight gradient's ``mm``, ``convolution_backward``)
+    reads ``n``, directly or through views: recomputing ``n`` would then cost the backward a
+    kernel that writes it, while the forward writes it anyway when a forward extern kernel
+    reads it too (torch.compile's partitioner bans recomputing such a node,
+    ``is_materialized_backwards``)."""
+    return _read_by_extern(n, tangent_dep.__contains__)
 
 
 def _recomputable(n: fx.Node) -> bool:
@@ -274,6 +303,7 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
     except ImportError:  # pragma: no cover - networkx is a dependency
         return default_partition(joint_gm, joint_inputs, num_fwd_outputs=num_fwd_outputs)
     rewrite_scatter_of_constant(joint_gm)
+    _drop_internal_clones(joint_gm)
     cse, merged = cse_graph(joint_gm.graph)
     if merged:
         joint_gm = fx.GraphModule(joint_gm, cse)
@@ -289,8 +319,11 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
             if n in bwd_needed:
                 g.add_edge(n.name + "_in", "sink", capacity=math.inf)
             continue
-        if not _recomputable(n):
+        if not _recomputable(n) or (n in fwd_nodes and _op_name(n) not in _VIEW_NAMES
+                                    and _materialized(n, memo) and _materialized_in_backward(n, tangent_dep)):
             # Must be computed in the forward: it is available to save, never recomputed.
+            # A value both passes' extern kernels read (gelu's output: the forward's and
+            # the weight gradient's mm) is saved: the forward writes it anyway.
             g.add_edge("source", n.name + "_in", capacity=math.inf)
         # A primal is alive anyway: saving it is slightly cheaper than an equal-sized
         # intermediate.  A forward output is materialized and handed to the caller anyway:
@@ -322,6 +355,52 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
         return _split(joint_gm, num_fwd_outputs, saved)
     except RuntimeError:
         return default_partition(joint_gm, joint_inputs, num_fwd_outputs=num_fwd_outputs)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    import torch._prims_common as pc  # the name changed across torch versions
+    check = getattr(pc, "is_non_overlapping_and_dense_or_false", None) or pc.is_non_overlapping_and_dense
+    return bool(check(t))
+
+
+def _drop_internal_clones(joint_gm: fx.GraphModule) -> int:
+    """Replace ``clone(x)`` by ``x`` where nothing can tell them apart: the clone keeps
+    ``x``'s strides (no memory format, ``x`` dense), ``x`` is not (a view of) a graph input
+    (whose storage an input mutation may write), and nothing that reads the clone, directly
+    or through views, is a graph output or writes to its argument.  A dropout with ``p=0``
+    in training mode is such a clone: left in, the min cut saves the clone for the
+    backward's matmul and recomputes its source for the softmax backward (exp of the
+    attention scores once more), as two values where there is one.  Returns the count."""
+    dropped = 0
+    for n in list(joint_gm.graph.nodes):
+        if n.target is not aten.clone.default or n.kwargs.get("memory_format", torch.preserve_format) is not torch.preserve_format:
+            continue
+        x = n.args[0]
+        val = x.meta.get("val") if isinstance(x, fx.Node) else None
+        if not isinstance(val, torch.Tensor) or not _dense(val):
+            continue
+        root = x
+        while root.op == "call_function" and _op_name(root) in _VIEW_NAMES and isinstance(root.args[0], fx.Node):
+            root = root.args[0]
+        if root.op != "call_function":
+            continue
+        stack, safe, seen = [n], True, set()
+        while stack and safe:
+            for u in stack.pop().users:
+                if u in seen:
+                    continue
+                seen.add(u)
+                if u.op == "output" or (isinstance(u.target, torch._ops.OpOverload) and u.target._schema.is_mutable):
+                    safe = False
+                elif _op_name(u) in _VIEW_NAMES:
+                    stack.append(u)
+        if safe:
+            n.replace_all_uses_with(x)
+            joint_gm.graph.erase_node(n)
+            dropped += 1
+    if dropped:
+        joint_gm.recompile()
+    return dropped
 
 
 def _expand_tuples(saved):
