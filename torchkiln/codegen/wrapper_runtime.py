@@ -37,7 +37,7 @@ def _restride(t, size, stride):
 
 
 def extern_callable(op):
-    """What the wrapper calls for extern ``op``: a GEMM's overloads through its
+    """What the wrapper calls for extern ``op``: a GEMM's or convolution's overloads through its
     ``torch.*`` binding (as TorchInductor's ``extern_kernels.mm``): the generated binding
     parses the arguments ~0.7 us faster than the schema-driven ``op._op`` and dispatches
     to the same kernel; another ``OpOverload``'s builtin (``op._op``, all that
@@ -58,6 +58,8 @@ def _bindings() -> dict:
             op = getattr(getattr(torch.ops.aten, packet), overload, None)  # every one in torch 2.11-2.15
             if op is not None:
                 out[op] = binding
+    # TorchInductor's extern_kernels.convolution: the same kernel, parsed by the generated binding
+    out[torch.ops.aten.convolution.default] = torch.convolution
     return out
 
 
