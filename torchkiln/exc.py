@@ -14,6 +14,12 @@ class Unsupported(TorchkilnException):
     """
 
 
+class SkipFrame(Unsupported):
+    """Capture gives up on the whole frame, which then runs eagerly (not a graph break):
+    what torch.compile does when its root frame cannot break where the reason arose
+    ("Failed to handle graph break gracefully. Skipping the function")."""
+
+
 class BackendCompilerFailed(TorchkilnException):
     """The backend raised while compiling a captured graph (``suppress_errors=False``)."""
 

@@ -1,5 +1,7 @@
-"""nn.RNN/GRU/LSTM on CUDA is a graph break (config.allow_rnn, as torch.compile's): the
-module runs eagerly on cuDNN's fused kernel; on CPU it is captured."""
+"""nn.RNN/GRU/LSTM on CUDA runs eagerly (config.allow_rnn, as torch.compile's) on cuDNN's
+fused kernel: called from the frame itself the whole frame runs eagerly (torch.compile's
+root frame cannot break there and skips the function), called from an inlined function
+it is a graph break at that call; on CPU it is captured."""
 from __future__ import annotations
 
 import pytest
@@ -30,13 +32,34 @@ def test_rnn_on_cpu_is_captured():
     assert _explain(model, x).graph_break_count == 0
 
 
-def test_rnn_on_cuda_breaks_the_graph(monkeypatch):
+class _Nested(_Model):
+    def run_rnn(self, h):
+        return self.rnn(h)[0]
+
+    def forward(self, x):
+        return self.head(self.run_rnn(torch.relu(self.emb(x))))
+
+
+def test_rnn_on_cuda_skips_the_frame(monkeypatch):
     model, x = _Model(), torch.randn(2, 5, 4)
     monkeypatch.setattr(torch.nn.Parameter, "is_cuda", property(lambda self: True))  # the check's view only
-    out = _explain(model, x)
-    assert out.graph_break_count == 1 and "allow_rnn" in str(out.break_reasons[0])
+    torchkiln.reset()
+    cnt = torchkiln.testing.CompileCounter()
+    cm = torchkiln.compile(model, backend=cnt)
+    assert same(cm(x), model(x)) and same(cm(x), model(x))
+    assert cnt.frame_count == 0
     with torchkiln.config.patch(allow_rnn=True):
         assert _explain(model, x).graph_break_count == 0
+
+
+def test_rnn_on_cuda_in_an_inlined_call_breaks_the_graph(monkeypatch):
+    model, x = _Nested(), torch.randn(2, 5, 4)
+    monkeypatch.setattr(torch.nn.Parameter, "is_cuda", property(lambda self: True))
+    out = _explain(model, x)
+    assert out.graph_break_count >= 1 and "allow_rnn" in str(out.break_reasons[0])
+    assert out.graph_count >= 2  # the linear layers around the break are captured
+    torchkiln.reset()
+    assert same(torchkiln.compile(model)(x), model(x))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -21,7 +21,7 @@ from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
 from bytecode.instr import CellVar, FreeVar
 
 from ..config import config
-from ..exc import Unsupported
+from ..exc import SkipFrame, Unsupported
 from .codegen import RuntimeCodegen, breaking_code, reads_caller_frame, returning_code, wrap_callee
 from .guards import entry_global_state, global_state
 from .frame import SKIP_MODULES, BreakReason, CacheEntry, LazyLocal, bind_locals, call_with_locals
@@ -1176,7 +1176,7 @@ class InstructionTranslator(InstructionTranslatorBase):
     def on_unsupported(self, ip, e):
         if self.fullgraph:
             raise Unsupported(f"{e}\n  (at {e.user_stack}; fullgraph=True does not allow graph breaks)") from e
-        if isinstance(e, TraceTooLong):
+        if isinstance(e, (TraceTooLong, SkipFrame)):
             raise e  # not a graph break: the whole frame runs eagerly (see TraceTooLong)
         if self.raise_ip is not None and not isinstance(e, _ExitWithException):
             # Nothing between a raise and the end of its handler can be a graph break (the
