@@ -6,7 +6,9 @@ Builds the suite's MODEL (torchkiln.bench.models) in MODE (inference|training), 
 a copy with each compiler, prints the first call's seconds and its largest relative
 error against eager, the median of 20 interleaved steps, then profiles 5 steps per
 variant (torch.profiler, CPU+CUDA): kernels per step, GPU kernel time, CPU enqueue time,
-and the top 14 kernels by GPU time (``KTOP=N``: N).  Writes OUTDIR/prof_MODEL_MODE.txt.  The H100 tables
+and the top 14 kernels by GPU time (``KTOP=N``: N); ``CPROF=N``: also the Python functions
+the CPU time of N steps of torchkiln and of torch.compile goes to (cProfile, top 22 by own
+time).  Writes OUTDIR/prof_MODEL_MODE.txt.  The H100 tables
 of docs/codegen_triton.md ("Where the time goes") come from it.
 """
 import copy
@@ -73,6 +75,24 @@ for label, out in firsts.items():
 for label in steps:
     v = sorted(times[label]); lines.append(f"{label:6s} median {1e3*v[len(v)//2]:.3f} ms  min {1e3*v[0]:.3f}")
 lines.append(kernel_table(steps, 5, top=int(os.environ.get("KTOP", "14"))))
+if int(os.environ.get("CPROF", "0")):
+    import cProfile
+    import io
+    import pstats
+
+    for label in ("kiln", "peer"):
+        prof = cProfile.Profile()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        prof.enable()
+        for _ in range(int(os.environ["CPROF"])):
+            steps[label].step()
+        prof.disable()
+        torch.cuda.synchronize()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(22)
+        lines.append(f"  == cProfile {label}: {1e3 * (time.perf_counter() - t) / int(os.environ['CPROF']):.3f} ms/step (profiled)")
+        lines.extend("     " + ln for ln in buf.getvalue().splitlines()[4:] if ln.strip())
 text = "\n".join(lines)
 print(text)
 with open(os.path.join(out_dir, f"prof_{name}_{mode}{'_' + cmode if cmode else ''}.txt"), "w") as f:

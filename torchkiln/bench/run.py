@@ -95,6 +95,13 @@ def preload(backend: str, peer: bool) -> None:
         # bytecode interpreter and ShapeEnv's lazily imported validator, which imports
         # torch._dynamo (2-4 s that a cold-compile time would otherwise count for one side)
         import torchkiln.capture.symbolic_convert  # noqa: F401
+        import torchkiln.capture.output_graph  # noqa: F401
+        import torchkiln.capture.side_effects  # noqa: F401
+        import torchkiln.capture.polyfills  # noqa: F401
+        import torchkiln.capture.variables.torch_fns  # noqa: F401
+        import torchkiln.capture.variables.generators  # noqa: F401
+        import torchkiln.aot.compilers  # noqa: F401
+        import torchkiln.aot.autograd_cache  # noqa: F401
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
         ShapeEnv()
