@@ -318,6 +318,7 @@ def _compile(gm, example_inputs, key: str | None = None) -> CompiledGraph:
             entries = finalize(scheduler.entries, set(needed), graph, device)
     kernels = [e for e in entries if not isinstance(e, Buffer)]
     generator = get_generator(device)
+    generator.plan_launches(entries)
     with trace.stage("codegen.kernels"):
         pending = _start_compile(generator, kernels)
     progress.add_kernels(len(kernels), pending.done)

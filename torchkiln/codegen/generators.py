@@ -52,6 +52,16 @@ class KernelGenerator:
     def prologue(self, kernels: list) -> list[str]:
         return []
 
+    def plan_launches(self, entries: list) -> None:
+        """Called with the scheduled graph (kernels and extern buffers, in order) before
+        ``compile_kernels``: a generator that launches several kernels as one call
+        plans that here (the C++ generator's launch groups)."""
+
+    def launch_groups(self) -> dict:
+        """``{kernel name: group}`` for the kernels launched as part of a group (the
+        wrapper launches the group at its last member); empty by default."""
+        return {}
+
 
 def generator_name(device: torch.device) -> str:
     """``"cpp"`` or ``"triton"``: the generator used for tensors on ``device``."""

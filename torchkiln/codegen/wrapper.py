@@ -240,19 +240,41 @@ class WrapperCodegen:
         reuse = self._plan_reuse(uses)
         taken = set(reuse.values())
         allocated: set = set()
+        groups = self.generator.launch_groups()
+        # inside a launch group (its members before the last): buffers whose storage a
+        # later member's output took (old name -> new), frees held until the launch
+        renamed: dict = {}
+        held: list = []
         for i, e in enumerate(self.entries):
             if isinstance(e, FusedKernel):
+                group = groups.get(e.name)
                 for b in e.buffers:
                     buf = g.buffers[b.name]
                     if b.stored and b.name not in allocated and isinstance(buf, ComputedBuffer):
-                        body.append(self._allocate(buf, reuse.get(b.name)))
+                        old = reuse.get(b.name)
+                        body.append(self._allocate(buf, old))
                         allocated.add(b.name)
-                launch = self.generator.call(e, e.call_args())
-                if config.kernel_profile:
-                    body += ["_kiln_t = _kiln_clock()", launch,
-                             "_kiln_kernel_time[0] += _kiln_clock() - _kiln_t; _kiln_kernel_time[1] += 1"]
+                        if group is not None and old is not None:
+                            renamed[old] = b.name
+                if group is not None:
+                    if e is not group.members[-1]:
+                        held += [n for n, last in uses.items() if last == i and n not in taken
+                                 and not isinstance(g.buffers.get(n), InputBuffer)]
+                        continue
+                    args = []
+                    for name in group.call_args():
+                        while name in renamed:
+                            name = renamed[name]
+                        args.append(name)
+                    body.append(self.generator.call(group, args))
+                    renamed = {}
                 else:
-                    body.append(launch)
+                    launch = self.generator.call(e, e.call_args())
+                    if config.kernel_profile:
+                        body += ["_kiln_t = _kiln_clock()", launch,
+                                 "_kiln_kernel_time[0] += _kiln_clock() - _kiln_t; _kiln_kernel_time[1] += 1"]
+                    else:
+                        body.append(launch)
             elif isinstance(e, MultiOutput):
                 body.append(f"{e.name} = {e.parent.name}" + "".join(f"[{j}]" for j in e.path))
                 body.append(self._check_strides(e))
@@ -270,8 +292,9 @@ class WrapperCodegen:
                 body += self._bind_unbacked(e)
                 if e.layout is not None:
                     body.append(self._check_strides(e))
-            dead = sorted(n for n, last in uses.items()
-                          if last == i and n not in taken and not isinstance(g.buffers.get(n), InputBuffer))
+            dead = sorted(held + [n for n, last in uses.items()
+                                  if last == i and n not in taken and not isinstance(g.buffers.get(n), InputBuffer)])
+            held = []
             if dead:
                 body.append(f"del {', '.join(dead)}")
         outs = []

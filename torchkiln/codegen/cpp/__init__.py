@@ -37,6 +37,8 @@ class CppGenerator(KernelGenerator):
         super().__init__(device)
         self._source = ""
         self._sites: dict[str, list] = {}  # kernel name -> (op, dim) of its index checks
+        self._planned: list = []  # LaunchGroups planned (launch_groups.py)
+        self._groups: dict = {}   # member kernel name -> its LaunchGroup, for those built
 
     def compile_kernels(self, kernels: list) -> dict:
         return self.start_compile(kernels).result()
@@ -55,8 +57,26 @@ class CppGenerator(KernelGenerator):
             parts.append(render(k, sites))
             if sites:
                 self._sites[k.name] = sites
+        built = list(kernels)
+        for group in self._planned:  # a member with index checks returns a status: launched alone
+            if not any(k.name in self._sites for k in group.members):
+                if not self._groups:
+                    from .launch_groups import LAUNCH_HELPER
+
+                    parts.append(LAUNCH_HELPER)
+                parts.append(group.render())
+                built.append(group)
+                self._groups.update((k.name, group) for k in group.members)
         self._source = "\n\n".join(parts) + "\n"
-        return PendingKernels(start_build(self._source) if kernels else None, kernels, self._sites)
+        return PendingKernels(start_build(self._source) if kernels else None, built, self._sites)
+
+    def plan_launches(self, entries: list) -> None:
+        from .launch_groups import plan_launch_groups
+
+        self._planned = [] if config.kernel_profile else plan_launch_groups(entries)
+
+    def launch_groups(self) -> dict:
+        return self._groups
 
     def prologue(self, kernels: list) -> list[str]:
         return ["_kiln_sync_threads()"] if kernels else []
