@@ -23,6 +23,12 @@ all compute is on it): wall time on the shared machine swung 3x between runs wit
 Lookup overhead: a 2-layer Linear(8) model's backward with compiled autograd whose
 compiler_fn returns the graph as is, minus the eager engine's backward, per call.
 
+``--gemm-floor``: eager's step against the ATen GEMM calls of that step replayed alone
+(the same shapes and strides; then also with one in-place pass of the clipping hook over
+every gradient): the time any compiler calling the same BLAS pays per step, so
+``eager / GEMMs`` bounds the speedup over eager (below 1.3 on a row: its 1.3x target is
+out of reach there).
+
 ``--instructions``: instead of times, instructions retired per step (eager / torchkiln /
 torchkiln + CA, valgrind's callgrind; needs ``valgrind`` and its headers): deterministic,
 so a change of a few percent shows on a loaded machine where times swing 2x.  Under
@@ -150,6 +156,52 @@ def lookup_overhead(kind: str, repeat: int) -> float:
     return 1e3 * (ms["ca"] - ms["eager"])
 
 
+_GEMMS = ("mm", "addmm", "bmm", "baddbmm", "linear", "matmul", "_linear_pointwise")
+
+
+def gemm_floor(name: str, repeat: int) -> dict:
+    """Eager's training step vs the GEMMs of that step alone (1 thread, thread time).
+
+    The ATen GEMM calls of one eager step (``mm``/``addmm``/``bmm``/``baddbmm``, with
+    their operands' sizes and strides, recorded by a ``TorchDispatchMode``) are replayed
+    on their own, interleaved with eager steps: their time is a floor that a compiler
+    calling the same BLAS must pay on every step; the best speedup over eager any such
+    compiler reaches is ``eager / floor``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    torch.set_num_threads(1)
+    work = build(name)
+    calls = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket.__name__ in _GEMMS:  # a clone keeps a dense operand's strides
+                calls.append((func, [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args],
+                              dict(kwargs or {})))
+            return out
+
+    import contextlib
+    step = step_fn(work, work.model, work.model, contextlib.nullcontext)
+    step()
+    with Record():
+        step()
+
+    grads = [p.grad.clone() for p in work.model.parameters()]
+
+    def gemms():
+        for func, args, kwargs in calls:
+            func(*args, **kwargs)
+
+    def gemms_and_hooks():  # + one pass of the clipping hook over every gradient, in place
+        gemms()
+        for g in grads:
+            g.clamp_(-1e-3, 1e-3)
+
+    ms = interleaved({"eager": step, "gemms": gemms, "gemms_hooks": gemms_and_hooks}, 3, repeat)
+    return {**ms, "count": len(calls)}
+
+
 _CALLGRIND_HELPER = r"""
 #include <valgrind/callgrind.h>
 void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
@@ -230,8 +282,19 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--worker", nargs=2, metavar=("KIND", "MODEL"))
     ap.add_argument("--instructions", action="store_true", help="instructions per step under callgrind")
+    ap.add_argument("--gemm-floor", action="store_true",
+                    help="eager's step vs its GEMM calls alone: the best speedup a compiler calling the same BLAS reaches")
     ap.add_argument("--instructions-worker", nargs=3, metavar=("MODEL", "STEPS", "HELPER"))
     args = ap.parse_args()
+    if args.gemm_floor:
+        print(f"{'model':12} {'eager ms':>9} {'GEMMs ms':>9} {'GEMMs/eager':>12} {'max speedup':>12} "
+              f"{'+hooks ms':>10} {'max speedup':>12}   (1 thread)")
+        for name in args.models.split(","):
+            r = gemm_floor(name, args.repeat)
+            print(f"{name:12} {r['eager']:9.2f} {r['gemms']:9.2f} {r['gemms'] / r['eager']:12.2f} "
+                  f"{r['eager'] / r['gemms']:11.2f}x {r['gemms_hooks']:10.2f} {r['eager'] / r['gemms_hooks']:11.2f}x"
+                  f"   ({r['count']} GEMM calls per step)")
+        return
     if args.instructions_worker:
         name, steps, helper = args.instructions_worker
         instructions_worker(name, int(steps), helper)
