@@ -166,7 +166,8 @@ def test_layout_in_wrapper():
 ])
 def test_max_pool_values_kernel(args, fmt):
     """Max pooling whose indices nothing reads is a generated kernel (NaN propagates,
-    padding never wins); with the indices used it stays ATen's."""
+    padding never wins); with the indices used, ATen's values and indices (a generated
+    kernel for unpadded windows, else ATen's)."""
     x = torch.randn(2, 4, 9, 11)
     x[0, 1, 2, 3] = float("nan")
     x[1, 2] = float("-inf")
@@ -189,6 +190,63 @@ def test_max_pool_values_kernel(args, fmt):
         ref_i = F.max_pool2d(x * 2, return_indices=True, **args)
         torch.testing.assert_close(got_i[0], ref_i[0], equal_nan=True)
         torch.testing.assert_close(got_i[1], ref_i[1])
+
+
+@pytest.mark.parametrize("shape,fmt,k,s", [
+    ((2, 8, 8, 8), "nhwc", 2, 2), ((2, 8, 9, 7), "nchw", 2, 2), ((2, 4, 9, 9), "nhwc", 3, 3),
+    ((3, 6, 10), "chw", 2, 2), ((2, 4, 9, 9), "nchw", 3, 2),
+])
+def test_max_pool_with_indices_training(shape, fmt, k, s):
+    """Training through an unpadded max pooling: values and indices are one generated
+    kernel (ties take the first maximum, NaN the last NaN, as ATen's), and for
+    non-overlapping windows the input gradient is a generated gather (rows and columns
+    past the last window get 0); eager's values, indices and gradients."""
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    x[(0, 0, 0, slice(0, 2))[:len(shape)]] = 0.5  # a tie inside a window
+    if len(shape) == 4:
+        x[1, 1, 2, 2:4] = float("nan")  # two NaNs in one window
+        x[1, 2] = float("-inf")
+    if fmt == "nhwc":
+        x = x.contiguous(memory_format=torch.channels_last)
+
+    def fn(a):
+        return F.max_pool2d_with_indices(torch.relu(a * 2), k, s)
+
+    torchkiln.reset()
+    with config.patch(debug=True), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to eager
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ref, got = fn(a), torchkiln.compile(fn)(b)
+        torch.testing.assert_close(got[0], ref[0], equal_nan=True)
+        torch.testing.assert_close(got[1], ref[1])
+        g = torch.randn_like(ref[0])
+        ref[0].backward(g)
+        got[0].backward(g)
+        torch.testing.assert_close(b.grad, a.grad, equal_nan=True)
+
+
+def test_max_pool_with_indices_is_generated():
+    """conv -> ReLU -> MaxPool2d(2) in training: no ATen pooling call forward or backward."""
+    w = torch.randn(8, 3, 3, 3, requires_grad=True)
+
+    def fn(x):
+        y = torch.relu(F.conv2d(x, w, padding=1))
+        return F.max_pool2d(y, 2).sum()
+
+    x = torch.randn(2, 3, 10, 10)
+    torchkiln.reset()
+    with config.patch(debug=True, fx_graph_cache=False):
+        compiled = torchkiln.compile(fn)
+        compiled(x).backward()
+        w.grad = None
+        with torch.profiler.profile() as prof:
+            compiled(x).backward()
+    ops = {e.name for e in prof.events()}
+    assert "CompiledFunctionBackward" in ops and not any("max_pool2d" in name.lower() for name in ops), ops
+    grad, w.grad = w.grad, None
+    fn(x).backward()
+    torch.testing.assert_close(grad, w.grad, atol=1e-4, rtol=1e-4)
 
 
 def _compile_aten(fn, *args):

@@ -258,6 +258,12 @@ class GraphLowering:
         if isinstance(value, TensorBox):
             val = node.meta["val"]
             stride = self._dense_stride(val)
+            if (not user_visible and stride is not None and isinstance(value.data, Pointwise)
+                    and layout_opt.reads_channels_last(value.data, value.get_size())):
+                # a value saved for the backward (which takes the strides the forward
+                # gives it, aot/dispatch.py) stored in the channels-last order of what it
+                # reads: training's max-pool indices share the pooling's kernel
+                stride = layout_opt.channels_last_strides(value.get_size())
             out = value.realize(stride)
             base = out.base if isinstance(out, nodes.ReinterpretView) else out
             if (user_visible and stride is not None and not isinstance(base, (InputBuffer, nodes.MutationBuffer))

@@ -97,6 +97,30 @@ def prefers_channels_last(data, size) -> bool:
     return False
 
 
+def reads_channels_last(data, size) -> bool:
+    """Whether a pointwise value over a 4-d ``size`` reads some buffer with the channel
+    index contiguous (coefficient 1) and height and width strided (a pooling window
+    over a channels-last input, :func:`prefers_channels_last` being the same-size case):
+    stored channels-last, its kernel walks its input in order."""
+    if not config.layout_optimization or len(size) != 4 or not isinstance(data, Pointwise):
+        return False
+    if sympy.sympify(size[1]) == 1 or all(sympy.sympify(s) == 1 for s in size[2:]):
+        return False
+    vars_ = ir.index_vars("v", 4)
+    try:
+        value = data.make_loader()(vars_)
+    except Exception:
+        return False
+    for load in _loads(value):
+        if load.indirect:
+            continue
+        index = sympy.expand(load.index)
+        coeffs = [index.coeff(v) for v in vars_]
+        if coeffs[1] == 1 and all(sympy.sympify(n) == 1 or (c.is_number and c > 1) for n, c in zip(size[2:], coeffs[2:])):
+            return True
+    return False
+
+
 def channels_last_input(box) -> bool:
     """Whether ``box`` is (or, realized for an extern call, will be) stored
     channels-last: a channels-last buffer, or a pointwise value :func:`prefers_channels_last`."""

@@ -983,28 +983,38 @@ def constant_pad_nd(x, pad, value=0):
     return TensorBox(Pointwise(size, odt, device(), inner))
 
 
-@register(aten.max_pool2d_with_indices.default)
-def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    """Values only, as a generated kernel, when nothing reads the indices (inference):
-    the max over each window, positions outside the input skipped, NaN propagating
-    (ATen's ``val > max || isnan(val)``); fused with the batch norm/ReLU before it.
-    Otherwise (indices used, integer dtypes, windows over 16 elements, and a
-    padded window over a channels-last input on CPU) ATen's kernel: its NHWC kernel
-    is vectorized over channels, where gcc leaves the generated window of masked
-    loads scalar (hf_resnet's stem pooling: 0.2 ms in ATen, 5.3 ms generated with
-    BN+ReLU fused).  Unpadded windows need no masks and vectorize."""
-    node = current_graph().current_node
-    indices_used = any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users)
+def _pool_pairs(kernel_size, stride, padding, dilation):
+    """``(kernel, stride, padding, dilation)`` of a 2-d pooling as [h, w] lists (an
+    empty ``stride`` is the kernel size, as ATen's)."""
     def pair(v):
         v = [v] if isinstance(v, int) else list(v)
         return v * 2 if len(v) == 1 else v
 
-    ks, pd, dl = pair(kernel_size), pair(padding), pair(dilation)
+    ks = pair(kernel_size)
     st = pair(stride) if (isinstance(stride, int) or len(stride)) else ks
+    return ks, st, pair(padding), pair(dilation)
+
+
+@register(aten.max_pool2d_with_indices.default)
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """A generated kernel, fused with the batch norm/ReLU before it: the values only when
+    nothing reads the indices (inference), the max over each window, positions outside
+    the input skipped, NaN propagating (ATen's ``val > max || isnan(val)``); values and
+    indices when the window lies inside the input (no padding, no ceil_mode: training's
+    ``MaxPool2d(2)``), each index the flat ``h * W + w`` position in the input plane of
+    the first maximum (the last NaN), as ATen's kernels.  Otherwise (padded windows
+    with indices, integer dtypes, windows over 16 elements, and a padded window over a
+    channels-last input on CPU) ATen's kernel: its NHWC kernel is vectorized over
+    channels, where gcc leaves the generated window of masked loads scalar (hf_resnet's
+    stem pooling: 0.2 ms in ATen, 5.3 ms generated with BN+ReLU fused).  Unpadded
+    windows need no masks and vectorize."""
+    node = current_graph().current_node
+    indices_used = any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users)
+    ks, st, pd, dl = _pool_pairs(kernel_size, stride, padding, dilation)
     # without padding or ceil_mode every window lies inside the input: no masks, and
     # the kernel vectorizes (cnn's BN+ReLU+MaxPool2d(2): one pass, no NHWC temporary)
     padded = any(pd) or bool(ceil_mode)
-    if (indices_used or not x.dtype.is_floating_point or len(x.get_size()) not in (3, 4)
+    if ((indices_used and padded) or not x.dtype.is_floating_point or len(x.get_size()) not in (3, 4)
             or not all(isinstance(v, int) for v in ks + st + pd + dl) or ks[0] * ks[1] > 16
             or (x.device.type == "cpu" and padded and layout_opt.channels_last_input(x))):
         return make_extern(aten.max_pool2d_with_indices.default, [x, kernel_size, stride, padding, dilation, ceil_mode],
@@ -1017,15 +1027,15 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     load = x.make_loader()
     lowest = Constant(float("-inf"), cdt)
 
-    def inner(idx):
-        acc = None
+    def window(idx):
+        """(value, position, mask) of each window element, in ATen's scan order."""
         for i in range(ks[0]):
             for j in range(ks[1]):
                 h = idx[-2] * st[0] - pd[0] + i * dl[0]
                 w = idx[-1] * st[1] - pd[1] + j * dl[1]
                 src = cast(load(list(idx[:-2]) + [h, w]), cdt)
                 if not padded:
-                    acc = src if acc is None else Op("maximum", (acc, src), cdt)
+                    yield src, h * xs[-1] + w, None
                     continue
                 conds = []
                 for pos, extent in ((h, xs[-2]), (w, xs[-1])):
@@ -1034,11 +1044,70 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
                 mask = conds[0]
                 for c in conds[1:]:
                     mask = Op("logical_and", (mask, c), torch.bool)
-                v = Masked(mask, src, lowest, cdt)
-                acc = v if acc is None else Op("maximum", (acc, v), cdt)
+                yield src, h * xs[-1] + w, mask
+
+    def inner(idx):
+        acc = None
+        for src, _, mask in window(idx):
+            v = src if mask is None else Masked(mask, src, lowest, cdt)
+            acc = v if acc is None else Op("maximum", (acc, v), cdt)
         return cast(acc, dt)
 
-    return TensorBox(Pointwise(size, dt, device(), inner)), None
+    if not indices_used:
+        return TensorBox(Pointwise(size, dt, device(), inner)), None
+
+    def argmax(idx, want_index):
+        acc = pos = None
+        for src, at, _ in window(idx):
+            here = IndexValue(at, torch.int64)
+            if acc is None:
+                acc, pos = src, here
+                continue
+            # ``src > acc || isnan(src)`` as two selects: gcc 12 turns the ``||`` of a
+            # ReLU'd value into a select of booleans it cannot vectorize (scalar loop)
+            bigger, nan = Op("gt", (src, acc), torch.bool), Op("isnan", (src,), torch.bool)
+            acc = Op("where", (nan, src, Op("where", (bigger, src, acc), cdt)), cdt)
+            pos = Op("where", (nan, here, Op("where", (bigger, here, pos), torch.int64)), torch.int64)
+        return pos if want_index else cast(acc, dt)
+
+    return (TensorBox(Pointwise(size, dt, device(), lambda idx: argmax(idx, False))),
+            TensorBox(Pointwise(size, torch.int64, device(), lambda idx: argmax(idx, True))))
+
+
+@register(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """The input gradient of non-overlapping windows (stride equal to the kernel, no
+    padding, no dilation, no ceil_mode, static sizes) as a generated kernel: each input
+    position lies in at most one window and takes that window's gradient where the
+    window's index names it, else 0 -- a gather the batch-norm backward after it reads
+    without a buffer (ATen's kernel zero-fills and scatters).  Other windows: ATen's."""
+    from torch.utils._sympy.functions import FloorDiv
+
+    ks, st, pd, dl = _pool_pairs(kernel_size, stride, padding, dilation)
+    xs, gs = x.get_size(), grad.get_size()
+    static = all(isinstance(s, (int, sympy.Integer)) for s in list(xs[-2:]) + list(gs[-2:]))
+    if (ks != st or any(pd) or dl != [1, 1] or ceil_mode or not static or len(xs) not in (3, 4)
+            or not grad.dtype.is_floating_point or not all(isinstance(v, int) for v in ks)):
+        return make_extern(aten.max_pool2d_with_indices_backward.default,
+                           [grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices], {}, fallback=False)
+    odt = out_dtype()
+    gload, iload = grad.make_loader(), indices.make_loader()
+    width = xs[-1]
+    covered = [int(gs[-2]) * ks[0], int(gs[-1]) * ks[1]]  # positions past these lie in no window
+
+    def inner(idx):
+        h, w = idx[-2], idx[-1]
+        sub = list(idx[:-2]) + [FloorDiv(h, ks[0]), FloorDiv(w, ks[1])]
+        hit = Op("eq", (iload(sub), IndexValue(h * width + w, torch.int64)), torch.bool)
+        value = Op("where", (hit, cast(gload(sub), odt), _zero(odt)), odt)
+        bounds_ = [Op("lt", (IndexValue(v, torch.int64), Constant(n, torch.int64)), torch.bool)
+                   for v, n, full in ((h, covered[0], xs[-2]), (w, covered[1], xs[-1])) if int(full) != n]
+        if not bounds_:
+            return value
+        mask = bounds_[0] if len(bounds_) == 1 else Op("logical_and", tuple(bounds_), torch.bool)
+        return Masked(mask, value, _zero(odt), odt)
+
+    return TensorBox(Pointwise(out_size(), odt, device(), inner))
 
 
 def _user_op() -> str:
