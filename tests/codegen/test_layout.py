@@ -261,6 +261,24 @@ def _compile_aten(fn, *args):
         return compile_fx_inner(gm, vals)
 
 
+def test_conv_backward_of_nchw_input_runs_channels_last():
+    """The weight gradient of a first-layer convolution (its input an NCHW graph input)
+    is computed from channels-last input, weight and gradient: the input is copied
+    NHWC in the backward (ATen ran an NCHW backward otherwise, ~2.7x slower)."""
+    def fn(x, w):
+        y = torch.ops.aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        g = torch.relu(y) * 2
+        return torch.ops.aten.convolution_backward(g, x, w, [0], [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                                   [False, True, False])[1:2]
+
+    x, w = torch.randn(2, 3, 10, 10), torch.randn(8, 3, 3, 3)
+    compiled = _compile_aten(fn, x, w)
+    assert compiled.source.count("(300, 1, 30, 3, )") == 2  # x copied NHWC for the forward and the backward
+    got, ref = compiled(x, w)[0], fn(x, w)[0]
+    torch.testing.assert_close(got, ref, atol=1e-3, rtol=1e-4)
+    assert got.stride() == ref.stride()
+
+
 def test_channels_last_kernel_loops_channels_innermost():
     """A pointwise kernel storing channels-last loops N, H, W, C: its vector loop
     reads and writes consecutive elements (it looped over W with stride C)."""
