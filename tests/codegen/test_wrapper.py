@@ -190,3 +190,29 @@ def test_buffers_are_allocated_in_the_shape_their_gemms_read():
     assert src.count("buf1.as_strided(") + src.count("buf1.view(") == 2, src
     for got, want in zip(compiled(*args), fn(*args)):
         torch.testing.assert_close(got, want)
+
+
+def test_view_of_reused_buffer_made_once():
+    """An MLP's backward (ReLU masks, bias sums, ``mm(d.t(), a)`` weight gradients): each
+    layer's ``d`` takes the storage of the one before (a ``reuse`` of the same tensor
+    object), so the ``t()`` view of it is made once, kept in a variable, and freed with
+    the object; eager's results."""
+    def fn(g, a1, a2, a3, a4, w2, w3, w4):
+        outs, d = [], g * (a4 > 0)
+        for a, a_prev, w in ((a4, a3, w4), (a3, a2, w3), (a2, a1, w2)):
+            outs += [d.t() @ a_prev, d.sum(0)]
+            d = (d @ w) * (a_prev > 0)
+        return outs + [d.t() @ a1, d.sum(0)]
+
+    torch.manual_seed(0)
+    args = [torch.randn(16, 32) for _ in range(5)] + [torch.randn(32, 32) for _ in range(3)]
+    compiled = _compile(fn, *args)
+    lines = compiled.source.splitlines()
+    made = [line.split("(", 2)[2].split(" :=")[0] for line in lines if ":= " in line]
+    assert made and any(line.count(made[0]) and ":=" not in line and "del" not in line for line in lines), \
+        compiled.source
+    for var in made:  # every kept view is freed with its tensor object
+        assert any(line.lstrip().startswith("del") and var in line or f"del {var}" in line or f", {var}" in line
+                   for line in lines if "del" in line), (var, compiled.source)
+    for got, want in zip(compiled(*args), fn(*args)):
+        torch.testing.assert_close(got, want)

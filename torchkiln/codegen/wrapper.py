@@ -36,6 +36,9 @@ class WrapperCodegen:
         self._bound: set = set()     # unbacked symbols bound so far
         self._asserted: set = set()  # runtime asserts emitted
         self._fresh: set = set()     # buffers the wrapper allocated: storage offset 0
+        self._same: dict = {}        # buffer -> the first name of its tensor object (``reuse`` renames)
+        self._views: dict = {}       # (tensor object's first name, view) -> variable holding the view
+        self._view_count = 0
         self._callers: dict = {}     # extern op -> the name of its direct callable
         self._preamble: list[str] = []
         self._shapes: dict = {}      # buffer -> the size it is allocated with, if not its own
@@ -67,7 +70,7 @@ class WrapperCodegen:
 
     def arg(self, a) -> str:
         if isinstance(a, ReinterpretView):  # an extern call's argument: an input itself is fine
-            return self.extern_view(a)
+            return self._kept_view(a.base.name, self.extern_view(a))
         if isinstance(a, Buffer):
             return a.name
         if isinstance(a, sympy.Basic):
@@ -142,6 +145,30 @@ class WrapperCodegen:
             offset = "" if lay.offset == 0 else f", {pexpr(lay.offset)}"
             return f"{v.base.name}.as_strided({self.shape(lay.size)}, {self.shape(lay.stride)}{offset})"
         return f"reinterpret({v.base.name}, {self.shape(lay.size)}, {self.shape(lay.stride)}, {pexpr(lay.offset)})"
+
+    def _kept_view(self, base: str, text: str) -> str:
+        """A view of a wrapper-allocated tensor made once per tensor object: a ``reuse``
+        that keeps the shape (``buf4 = buf0``) renames the same object, so ``buf4.t()``
+        is the ``buf0.t()`` made before (its ``t()`` or ``as_strided`` cost ~2 us per
+        call; a weight gradient ``mm(g.t(), x)`` per layer).  Kept in a variable until
+        the object is freed or its storage taken under another shape (:meth:`_drop_views`)."""
+        if base not in self._fresh or not text.startswith(base + "."):
+            return text
+        root = self._same.get(base, base)
+        key = (root, text[len(base):])
+        var = self._views.get(key)
+        if var is not None:
+            return var
+        self._view_count += 1
+        var = self._views[key] = f"{root}_v{self._view_count}"
+        return f"({var} := {text})"
+
+    def _drop_views(self, names) -> list[str]:
+        """The view variables of the tensor objects ``names`` (being freed)."""
+        roots = {self._same.get(n, n) for n in names}
+        dropped = [var for (root, _), var in self._views.items() if root in roots]
+        self._views = {k: v for k, v in self._views.items() if k[0] not in roots}
+        return dropped
 
     def extern_view(self, v: ReinterpretView) -> str:
         """``v`` as an extern call's argument.  Besides :meth:`view`'s cases, a view that
@@ -296,7 +323,7 @@ class WrapperCodegen:
                                   if last == i and n not in taken and not isinstance(g.buffers.get(n), InputBuffer)])
             held = []
             if dead:
-                body.append(f"del {', '.join(dead)}")
+                body.append(f"del {', '.join(dead + self._drop_views(dead))}")
         outs = []
         bases = [o.base.name if isinstance(o, ReinterpretView) else getattr(o, "name", None) for o in g.outputs]
         for out, base in zip(g.outputs, bases):
@@ -451,8 +478,11 @@ class WrapperCodegen:
         size, stride = self._allocated_as(buf)
         if old is not None:
             if self._allocated_as(self.graph.buffers[old]) == (size, stride):
+                self._same[buf.name] = self._same.get(old, old)  # the same tensor object
                 return f"{buf.name} = {old}; del {old}  # reuse"
-            return f"{buf.name} = {old}.as_strided({self.shape(size)}, {self.shape(stride)}); del {old}  # reuse"
+            stale = "".join(", " + var for var in self._drop_views([old]))
+            return (f"{buf.name} = {old}.as_strided({self.shape(size)}, {self.shape(stride)}); del {old}{stale}"
+                    "  # reuse")
         return (f"{buf.name} = empty_strided({self.shape(size)}, {self.shape(stride)}, "
                 f"dtype={self.const(lay.dtype)}, device={self.const(lay.device)})")
 

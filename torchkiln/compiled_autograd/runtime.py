@@ -312,7 +312,9 @@ class CompiledBackward:
         else holds the gradient (not ours to steal).  The common case of a training
         step, a new dense gradient with the leaf's strides that nothing else holds
         assigned to a leaf without one, is inlined (one microsecond per leaf matters
-        with a hook on every parameter)."""
+        with a hook on every parameter).  Both row-major is eager's layout contract
+        (``obeys_layout_contract``: strides of size-1 dims aside, the leaf's), asked
+        without making two stride tuples."""
         input_ids = None
         for pos, index, post_hooks in self.leaf_plan:
             grad = outs[pos]
@@ -323,7 +325,8 @@ class CompiledBackward:
                 # a graph input returned as is has a reference in ``inputs`` too (read
                 # above, so intact): the refcount check covers it, no id set needed
                 if (_getrefcount(grad) <= _OWN_REFS and type(grad) is _Tensor and not grad._is_view()
-                        and not grad.requires_grad and grad.layout is _strided and grad.stride() == leaf.stride()):
+                        and not grad.requires_grad and grad.layout is _strided
+                        and (grad.is_contiguous() and leaf.is_contiguous() or grad.stride() == leaf.stride())):
                     leaf.grad = grad  # what accumulate_into does for it, without its checks' calls
                 else:
                     shared = _getrefcount(grad) > _OWN_REFS  # before the calls below push more references
