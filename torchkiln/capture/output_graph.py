@@ -9,6 +9,7 @@ falls back to running the graph as it is (eager) with one warning, or raises
 """
 from __future__ import annotations
 
+import builtins
 import operator
 import warnings
 
@@ -89,6 +90,10 @@ class OutputGraph:
         return node
 
     def create_node(self, op, target, args, kwargs, example=None):
+        if target is operator.pow and args and isinstance(args[0], (int, float)) and repr(args[0]).startswith("-"):
+            # FX prints operator.pow(-2, x) as ``-2 ** x``, which Python reads as -(2 ** x);
+            # the builtin prints as a call
+            target = builtins.pow
         node = self.graph.create_node(op, target, args, kwargs)
         node.meta["example_value"] = example
         return node
@@ -155,6 +160,14 @@ class OutputGraph:
             # where each new data-dependent symbol (u0...) comes from in the result: AOT
             # autograd's re-traces rename their own symbols to these
             node.meta["unbacked_bindings"] = compute_unbacked_bindings(self.shape_env, example)
+        if isinstance(example, torch.Tensor):
+            # an op that returns one of its tensor arguments itself (``x.add_(1)``,
+            # ``x += 1``, ``out=``, ``x.contiguous()`` of a contiguous x) gives that
+            # argument's tracker, so that ``is`` and identity-keyed containers see one
+            # object, as in eager (the node stays: in-place nodes are kept as impure)
+            for a, fa in zip(list(args) + list(kwargs.values()), list(fake_args) + list(fake_kwargs.values())):
+                if fa is example and hasattr(a, "node") and getattr(a, "example", None) is example:
+                    return a
         return self.wrap_result(tx, node, example)
 
     def wrap_result(self, tx, node, example):

@@ -398,6 +398,12 @@ class InstructionTranslatorBase:
             src = fn_vt.source
             if (fn.__module__ or "").split(".")[0] in SKIP_MODULES:
                 unsupported(f"call to skipped function {fn.__module__}.{fn.__qualname__}")
+            if src is None and (fn.__closure__ or fn.__defaults__ or fn.__kwdefaults__):
+                # a function reached without a source (a method of an object made in the
+                # frame): named by a guard constant, so that what its cells and defaults hold
+                # is guarded and a list/dict/object there is the real one (its mutations are
+                # replayed, not dropped with a copy)
+                src = self.output.guards.const(fn)
             defaults = [wrap(self, d, item_source(attr_source(src, "__defaults__"), i)) if src else
                         wrap_constant_like(self, d) for i, d in enumerate(fn.__defaults__ or ())]
             kwdefaults = {k: wrap(self, v, item_source(attr_source(src, "__kwdefaults__"), k)) if src else

@@ -26,6 +26,9 @@ _STATIC_ATTRS = {"dtype", "device", "layout", "ndim", "requires_grad", "is_cuda"
 _STATIC_METHODS = {"dim", "ndimension", "is_floating_point", "is_complex", "element_size", "get_device",
                    "is_contiguous", "is_signed", "nelement", "numel", "stride", "storage_offset", "size",
                    "is_inference", "has_names", "__len__"}
+# In-place ops that change sizes, strides, offset or storage (not only values).
+_METADATA_MUTATIONS = {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_",
+                       "resize_", "resize_as_", "set_", "detach_"}
 _BREAK_METHODS = {"item", "tolist", "numpy", "__bool__", "data_ptr", "backward", "register_hook",
                   "untyped_storage", "storage", "__index__", "__int__", "__float__", "nonzero_static"}
 
@@ -105,6 +108,20 @@ class TensorVariable(VariableTracker):
             unsupported("Tensor.__contains__ reads a tensor's value")
         if name in ("requires_grad_", "retain_grad") and self.node.op == "placeholder":
             unsupported(f"Tensor.{name} on a graph input")
+        if name == "retain_grad":  # the graph's outputs are new tensors: it runs on those, eagerly
+            unsupported("Tensor.retain_grad inside the graph")
+        if name == "requires_grad_":
+            # a tensor of the graph cannot become a leaf that requires grad (nor stop
+            # requiring it) inside the graph; no change is a no-op (as torch.compile)
+            flag = (list(args) + list(kwargs.values()) + [ConstantVariable(True)])[0]
+            if flag.is_python_constant() and bool(flag.as_python_constant()) == self.example.requires_grad:
+                return self
+            unsupported("Tensor.requires_grad_ changes requires_grad inside the graph")
+        if name in _METADATA_MUTATIONS and self.node.op == "placeholder":
+            # the input's fake (shared with the backend's fakes) would take the new
+            # sizes/strides/storage, so the compiled graph would see them as the input's;
+            # torch.compile breaks the graph here too
+            unsupported(f"Tensor.{name} changes a graph input's sizes, strides or storage")
         return tx.output.call_method(tx, name, [self, *args], kwargs)
 
     def unpack_var_sequence(self, tx):
