@@ -158,7 +158,9 @@ class _LeafInplaceCheck(TorchDispatchMode):
             t = args[0]
             if any(t is leaf for leaf in self.leaves):
                 raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-            if t._is_view() and any(t._base is leaf for leaf in self.leaves):
+            # a view that needs no grad (``w.detach()``, ``w.data``, a view made under
+            # no_grad) may be written, as in eager
+            if t._is_view() and t.requires_grad and any(t._base is leaf for leaf in self.leaves):
                 raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
         return func(*args, **(kwargs or {}))
 
@@ -196,7 +198,11 @@ def run_analysis(fn: Callable, fake_args: list) -> ViewAndMutationMeta:
                     info.mutates_data = has_data_mutation(fa)
                     info.mutates_storage = has_storage_mutation(fa, a)
                     info.mutates_metadata = info.mutates_storage or has_metadata_mutation(fa, a)
-                    info.mutation_hidden_from_autograd = mutations_hidden_from_autograd(fa)
+                    # a leaf that requires grad can only have been written through an alias
+                    # autograd does not see (``w.data``, ``w.detach()``): eager raises for
+                    # the others (checked above), and the leaf keeps no history
+                    info.mutation_hidden_from_autograd = mutations_hidden_from_autograd(fa) or (
+                        a.is_leaf and a.requires_grad)
                     info.requires_grad_after = fa.requires_grad and _floating(fa)
                 inputs.append(info)
             bases = collect_intermediate_bases(outs, f_args)

@@ -19,7 +19,7 @@ from ..utils.counters import counters
 from ..utils import trace
 from ..utils.logging import get_artifact_logger
 from . import autograd_cache
-from .analysis import ViewAndMutationMeta, run_analysis
+from .analysis import PLAIN, ViewAndMutationMeta, run_analysis
 from .broadcast_tangents import broadcast_positions, with_broadcast_tangents
 from .config import config
 from .runtime import call_compiled, finish_call, function_apply, make_autograd_function, nothing_to_finish
@@ -126,7 +126,9 @@ def _load_runtime(cache_key: str, aot_config: AOTConfig) -> Optional[Callable]:
         return None
     meta, graphs, facts = found
     if "inference" in graphs:
-        runtime = _inference_wrapper(graphs["inference"], meta, facts["returned"])
+        runtime = _bump_versions(_inference_wrapper(graphs["inference"], meta, facts["returned"],
+                                                    facts.get("detached", ())),
+                                 [i for i in meta.mutated_inputs if i not in facts["returned"]])
     else:
         bw = graphs["bw"]
         # Backwards for stride-0 tangents need the compiled backward for them, which a hit
@@ -138,7 +140,9 @@ def _load_runtime(cache_key: str, aot_config: AOTConfig) -> Optional[Callable]:
                                         facts["num_fw_outs"], forward_in_grad_mode=facts["forward_in_grad_mode"],
                                         load_bw_module=None if data is None else functools.cache(
                                             lambda: _load_bw_graph(data)), in_graph=facts.get("in_graph", ()))
-        runtime = _autograd_wrapper(fn_cls, meta, facts.get("in_graph", ()))
+        runtime = _bump_versions(_autograd_wrapper(fn_cls, meta, facts.get("in_graph", ())), facts.get("in_graph", ()))
+    if facts.get("grad_inside"):
+        runtime = _with_grad_mode_on(runtime, meta)
     runtime.meta = meta
     runtime.cache_key = cache_key  # where it came from (capture's warm start records it)
     return runtime
@@ -169,18 +173,28 @@ def _create_runtime(fn: Callable, fake_args: list, fake_mode, aot_config: AOTCon
                     cache_key: Optional[str] = None) -> Callable:
     from .fakes import tracing_context
 
-    may_need_grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in fake_args)
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(tracing_context(fake_mode, joint=may_need_grad))  # the op choices of the trace
-        if fake_mode.shape_env is not None:
-            # Data-dependent sizes (nonzero, masked_select) get their symbols in the trace.
-            stack.enter_context(fake_mode.shape_env.ignore_fresh_unbacked_symbols())
-        with trace.stage("aot.analysis"):
-            meta = run_analysis(fn, fake_args)
+    any_requires_grad = any(isinstance(a, torch.Tensor) and a.requires_grad for a in fake_args)
+    may_need_grad = torch.is_grad_enabled() and any_requires_grad
+    # grad_inside: called with grad mode off, the function turns it on itself
+    # (``with torch.enable_grad():``) and returns outputs that require grad
+    grad_inside = False
+    while True:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(tracing_context(fake_mode, joint=may_need_grad))  # the op choices of the trace
+            if fake_mode.shape_env is not None:
+                # Data-dependent sizes (nonzero, masked_select) get their symbols in the trace.
+                stack.enter_context(fake_mode.shape_env.ignore_fresh_unbacked_symbols())
+            with trace.stage("aot.analysis"):
+                meta = run_analysis(fn, fake_args)
+        if may_need_grad or not any_requires_grad or not meta.needs_autograd:
+            break
+        may_need_grad = grad_inside = True
     if log.isEnabledFor(10):
         log.debug("====== view/mutation analysis %d ======\n%s", aot_config.aot_id, meta.describe())
     make = _autograd_runtime if may_need_grad and meta.needs_autograd else _inference_runtime
     runtime = make(fn, meta, fake_args, fake_mode, aot_config)
+    if grad_inside:
+        runtime = _with_grad_mode_on(runtime, meta)
     runtime.meta = meta
     if cache_key is not None:
         parts = runtime.cache_parts
@@ -201,15 +215,75 @@ def _inference_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_
     with trace.stage("aot.trace_forward"):
         gm = trace_forward(fn, meta, fake_args, fake_mode, aot_config.decompositions, keep)
     _log_graph("inference", gm, aot_config.aot_id)
-    compiled = aot_config.inference_compiler(gm, _placeholder_vals(gm))
     returned = [i for i in meta.mutated_inputs
                 if not (keep and not (meta.inputs[i].mutates_metadata or meta.inputs[i].mutates_storage))]
-    runtime = _inference_wrapper(compiled, meta, returned)
-    runtime.cache_parts = {"inference": compiled, "returned": returned}
+    detached = _plain_outputs_that_are_inputs(gm, meta, len(returned))
+    compiled = aot_config.inference_compiler(gm, _placeholder_vals(gm))
+    runtime = _bump_versions(_inference_wrapper(compiled, meta, returned, detached),
+                             [i for i in meta.mutated_inputs if i not in returned])
+    runtime.cache_parts = {"inference": compiled, "returned": returned, "detached": detached}
     return runtime
 
 
-def _inference_wrapper(compiled, meta: ViewAndMutationMeta, returned: list) -> Callable:
+def _with_grad_mode_on(runtime: Callable, meta: ViewAndMutationMeta) -> Callable:
+    """``runtime`` called with grad mode on: for a graph entered with grad mode off whose
+    outputs need grad all the same (it enables grad itself), so that the compiled
+    autograd.Function records its node.  The caller's grad mode comes back afterwards,
+    or the one the function leaves (``meta.grad_enabled_after``)."""
+    def with_grad(*args):
+        with torch.enable_grad():
+            outs = runtime(*args)
+        if meta.grad_enabled_after is not None:
+            torch._C._set_grad_enabled(meta.grad_enabled_after)
+        return outs
+
+    with_grad.__dict__.update(runtime.__dict__)  # fw_module, bw_module, cache_parts
+    if with_grad.__dict__.get("cache_parts") is not None:
+        with_grad.cache_parts = {**with_grad.cache_parts, "grad_inside": True}
+    return with_grad
+
+
+def _bump_versions(runtime: Callable, in_graph) -> Callable:
+    """``runtime`` that also bumps the version counter of the inputs the compiled graph
+    wrote itself (an in-graph ``copy_`` compiles to a store into the input's memory,
+    which autograd does not see): as after eager's in-place op, a tensor saved for a
+    backward and then written this way makes that backward raise instead of reading the
+    new value."""
+    if not in_graph:
+        return runtime
+    increment = torch._C._increment_version
+
+    def bumped(*args):
+        outs = runtime(*args)
+        increment([args[i] for i in in_graph])
+        return outs
+
+    return bumped
+
+
+def _plain_outputs_that_are_inputs(gm: torch.fx.GraphModule, meta: ViewAndMutationMeta, n_returned: int) -> list:
+    """User outputs (their positions) that the analysis found to be fresh tensors but the
+    traced graph returns as an input: ``x.detach()`` / ``x.alias()`` of an input, which
+    the trace reduces to the input itself.  Eager returns a new tensor object sharing
+    the input's memory, so the runtime returns ``.detach()`` of the input (an
+    ``x.requires_grad_()`` or ``t_()`` on it must not reach the input)."""
+    outs = list(gm.graph.output_node().args[0])[n_returned:]
+    return [k for k, info in enumerate(meta.outputs)
+            if info.kind == PLAIN and info.is_tensor and k < len(outs)
+            and isinstance(outs[k], torch.fx.Node) and outs[k].op == "placeholder"]
+
+
+def _inference_wrapper(compiled, meta: ViewAndMutationMeta, returned: list, detached=()) -> Callable:
+    if detached:
+        inner = _inference_wrapper(compiled, meta, returned)
+
+        def detaching_runtime(*args):
+            outs = list(inner(*args))
+            for k in detached:
+                outs[k] = outs[k].detach()
+            return outs
+
+        return detaching_runtime
     if nothing_to_finish(meta, returned):  # the user outputs are the graph's first outputs
         n_out = len(meta.outputs)
 
@@ -284,7 +358,7 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
     fn_cls = make_autograd_function(fw_compiled, get_bw, meta, len(saved) - num_saved_syms, num_fw_outs,
                                     forward_in_grad_mode=grad_mode_kernels,
                                     broadcast_ok=broadcast_positions(bw_gm), bw_module=bw_gm, in_graph=in_graph)
-    runtime = _autograd_wrapper(fn_cls, meta, in_graph)
+    runtime = _bump_versions(_autograd_wrapper(fn_cls, meta, in_graph), in_graph)
     runtime.fw_module = fw_gm
     runtime.bw_module = bw_gm
     runtime.cache_parts = None if bw_now is None else {
