@@ -24,8 +24,10 @@ EXTRA = [
 # the op's own backward kernel, so decomposing it gives silently wrong gradients.  The op
 # stays an extern kernel (its backward too), as torch's own backend does.
 # index_add and index_copy decompose to index_put, which wraps negative indices where
-# these ops raise (IndexError, as eager); they run as ATen kernels instead.
-EXCLUDE = [aten._scaled_dot_product_flash_attention_for_cpu.default, aten.index_add.default, aten.index_copy.default]
+# these ops raise (IndexError, as eager); they run as ATen kernels instead.  index_fill
+# wraps negative indices but decomposes to index_copy, which raises on them: ATen too.
+EXCLUDE = [aten._scaled_dot_product_flash_attention_for_cpu.default, aten.index_add.default, aten.index_copy.default,
+           aten.index_fill.int_Scalar, aten.index_fill.int_Tensor]
 
 
 def _batch_norm_inference_only(decomposition):

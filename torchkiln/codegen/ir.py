@@ -91,10 +91,24 @@ class Indirect(_Node):
 
 @_value
 class Constant(_Node):
-    """A Python scalar (``int``, ``float`` incl. inf/nan, ``bool``) of ``dtype``."""
+    """A Python scalar (``int``, ``float`` incl. inf/nan, ``bool``) of ``dtype``.
+
+    Compared by its Python type and, for floats, its repr: ``0.0 == -0.0`` in Python,
+    but ``x * -0.0`` is not ``x * 0.0`` (a dict-based CSE would merge them); nan equals
+    nan here."""
 
     value: Any
     dtype: torch.dtype
+
+    def _key(self):
+        v = self.value
+        return type(v), repr(v) if isinstance(v, float) else v, self.dtype
+
+    def __eq__(self, other):
+        return type(other) is Constant and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
 
 
 @_value
