@@ -187,6 +187,10 @@ def _detach_output_then_flag(x):  # (fixed) requires_grad_ on the output reached
     return x.detach().requires_grad_()
 
 
+def _detach_then_view(x):  # (fixed) the view was regenerated from x under no_grad: it required grad
+    return x.detach().view(3, 1), x * 2
+
+
 def _identity_after_in_place(x):  # (fixed) ``is`` was False after ``+=`` and ``add_``
     y = x
     y += 1
@@ -329,6 +333,7 @@ CASES = {
     "new_leaf": (_new_leaf, lambda: [R(3)]),
     "detach_output": (_detach_output, lambda: [R(3)]),
     "detach_output_then_flag": (_detach_output_then_flag, lambda: [R(3)]),
+    "detach_then_view": (_detach_then_view, lambda: [G(3)]),
     "identity_after_in_place": (_identity_after_in_place, lambda: [R(2)]),
     "no_grad_and_enable_grad": (_no_grad_and_enable_grad, lambda: [G(3)]),
     "view_before_mutation": (_view_before_mutation, lambda: [R(4)]),

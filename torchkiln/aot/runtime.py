@@ -201,6 +201,10 @@ def _view_metadata(base: torch.Tensor, graph_out: torch.Tensor, fake):
 def regenerate_view(base: torch.Tensor, graph_out: torch.Tensor, info, fake) -> torch.Tensor:
     """``base.as_strided(...)``: made under ``no_grad`` when eager's view had no history."""
     size, stride, offset = _view_metadata(base, graph_out, fake)
+    if not info.requires_grad and base.requires_grad:
+        # a view of ``base.detach()`` (eager's ``x.detach().view(...)``): a view made under
+        # no_grad of a tensor that requires grad still requires it
+        base = base.detach()
     ctx = contextlib.nullcontext() if info.requires_grad and not info.view_without_grad_fn else torch.no_grad()
     with ctx:
         if info.view_metas is not None:
