@@ -60,3 +60,20 @@ def test_a_size_the_saved_guards_exclude_compiles_again():
     _run(3)  # 3 < 4: the saved guard is false, so the entry is not used
     assert counters["aot_autograd"]["autograd_cache_hit"] == 0
     assert counters["aot_autograd"]["autograd_cache_miss"] == 1
+
+
+def test_fx_graph_cache_key_holds_the_size_facts(monkeypatch):
+    # (fixed) while 3 <= s0 <= 5 the trace sizes x[-(s0 // 3):] as 1; the recompile for
+    # s0 = 7 traced the same graph text and hit that entry: a 1-element result
+    import torchkiln.aot
+
+    monkeypatch.setattr(torchkiln.aot.config, "enable_autograd_cache", False)  # the FX graph layer alone
+
+    def tail(x):
+        return x[-(x.shape[0] // 3):] * 2
+
+    compiled = torchkiln.compile(tail, dynamic=True)
+    for n in (3, 5, 7, 9):
+        x = torch.arange(float(n))
+        torch.testing.assert_close(compiled(x), tail(x))
+    assert counters["inductor"]["fxgraph_cache_hit"] == 0

@@ -305,6 +305,28 @@ def inputs_description(example_inputs) -> list:
     return [tensor_meta(a) if isinstance(a, torch.Tensor) else value(a) for a in example_inputs]
 
 
+def shape_facts(example_inputs) -> dict | None:
+    """What the shape environment of symbolic inputs knows (its guards so far, the
+    symbols' value ranges, replacements), as data; None when no input size is symbolic.
+    Tracing decides sizes from these facts (``s0 // 3`` is 1 while ``3 <= s0 <= 5``):
+    a graph compiled under other facts may have been specialized differently, so a key
+    of a symbolic graph holds them."""
+    syms = []
+    for a in example_inputs:
+        if isinstance(a, torch.Tensor):
+            syms += [v for v in (*a.shape, *a.stride(), a.storage_offset()) if isinstance(v, torch.SymInt)]
+        elif isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            syms.append(a)
+    if not syms:
+        return None
+    env = syms[0].node.shape_env
+    symbols = set().union(*(v.node.expr.free_symbols for v in syms))
+    ranges = getattr(env, "var_to_range", {})
+    return {"guards": [str(g.expr) for g in env.guards],
+            "ranges": sorted([str(sym), str(ranges.get(sym))] for sym in symbols),
+            "replacements": sorted([str(k), str(v)] for k, v in env.replacements.items())}
+
+
 def config_description(cfg) -> dict:
     """Every setting of a :class:`torchkiln.config.Config`, described."""
     return {k: _config_value(v) for k, v in sorted(cfg.to_dict().items())}

@@ -115,6 +115,7 @@ def cache_key(gm: torch.fx.GraphModule, example_inputs) -> str:
         # how many outputs keep eager's strides (the rest are saved for a backward: graph.py)
         "user_visible_outputs": gm.graph.output_node().meta.get("user_visible_outputs"),
         "inputs": keys.inputs_description(example_inputs),
+        "shapes": keys.shape_facts(example_inputs),  # a symbolic graph's size facts
         "config": keys.config_description(config),
         "versions": keys.versions(),
         "toolchains": [_toolchain(d) for d in _devices(example_inputs)],
