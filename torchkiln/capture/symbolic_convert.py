@@ -398,7 +398,7 @@ class InstructionTranslatorBase:
             src = fn_vt.source
             if (fn.__module__ or "").split(".")[0] in SKIP_MODULES:
                 unsupported(f"call to skipped function {fn.__module__}.{fn.__qualname__}")
-            if src is None and (fn.__closure__ or fn.__defaults__ or fn.__kwdefaults__):
+            if src is None and _holds_mutable_values(fn):
                 # a function reached without a source (a method of an object made in the
                 # frame): named by a guard constant, so that what its cells and defaults hold
                 # is guarded and a list/dict/object there is the real one (its mutations are
@@ -975,6 +975,22 @@ class InstructionTranslatorBase:
     def exit_context(self, exit_vt):
         if self.root.active_contexts and self.root.active_contexts[-1] is exit_vt.ctx:
             self.root.active_contexts.pop()
+
+
+def _holds_mutable_values(fn) -> bool:
+    """Whether a closure cell or default of ``fn`` holds a mutable object (a list, dict,
+    set, a user object): tracked as a copy, its mutations would be lost."""
+    from .variables.builder import is_constant
+
+    values = list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
+    for cell in fn.__closure__ or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    return any(not is_constant(v) and not callable(v)
+               and not isinstance(v, (tuple, frozenset, torch.Tensor, types.ModuleType, torch.dtype, torch.device))
+               for v in values)
 
 
 class RealCell(VariableTracker):
