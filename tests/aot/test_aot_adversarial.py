@@ -466,12 +466,23 @@ def test_overlapping_copy_raises_as_eager():
         torchkiln.compile(f, backend="aot_eager")(R(5))
 
 
-@pytest.mark.xfail(reason="functionalization replaces mul_ by mul + copy_, which casts: eager's 'result type Float "
-                          "can't be cast to the desired output type Long' is not raised")
-def test_int_in_place_with_float_operand_raises_as_eager():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int_in_place_with_float_operand_raises_as_eager(backend):
+    # (fixed) functionalization made mul_ a mul and a copy_ (which casts): no error
     def f(x, y):
         x.mul_(y)
         return x
 
-    with pytest.raises(RuntimeError):
-        torchkiln.compile(f, backend="aot_eager")(torch.ones(3, dtype=torch.int64), torch.ones(3))
+    def g(x):
+        x.add_(1.5)
+        return x
+
+    x = torch.ones(3, dtype=torch.int64)
+    for fn, args in ((f, (x, torch.ones(3))), (g, (x,))):
+        with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long"):
+            fn(*args)
+        torchkiln.reset()
+        with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long"):
+            torchkiln.compile(fn, backend=backend)(*args)
+    torch.testing.assert_close(torchkiln.compile(lambda a: a.mul_(2.0) * 1, backend=backend)(torch.ones(2)),
+                               torch.full((2,), 2.0))

@@ -142,6 +142,17 @@ def _view_base(o):
     return None
 
 
+# In-place ops whose result dtype is ``torch.result_type(self, other)``.
+_PROMOTING_IN_PLACE = {torch.ops.aten.add_, torch.ops.aten.sub_, torch.ops.aten.mul_}
+
+
+def _type_name(dtype) -> str:
+    """``torch.float32`` -> ``Float``, as eager's cast error names it."""
+    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+            torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+            torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}.get(dtype, str(dtype))
+
+
 class _LeafInplaceCheck(TorchDispatchMode):
     """Raise eager's error for an in-place op (``add_``, ``set_``, ``copy_``...), with grad
     enabled, on an input that is a leaf requiring grad or a view of one.  Functional
@@ -154,6 +165,13 @@ class _LeafInplaceCheck(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         schema_args = func._schema.arguments
         writes_self = bool(schema_args) and schema_args[0].alias_info is not None and schema_args[0].alias_info.is_write
+        if writes_self and func.overloadpacket in _PROMOTING_IN_PLACE and len(args) > 1:
+            # functionalization makes ``x.mul_(y)`` a mul and a copy_ (which casts): eager
+            # refuses a result type the output cannot hold (int tensor times a float)
+            result = torch.result_type(args[0], args[1])
+            if not torch.can_cast(result, args[0].dtype):
+                raise RuntimeError(f"result type {_type_name(result)} can't be cast to the desired output type "
+                                   f"{_type_name(args[0].dtype)}")
         if writes_self and torch.is_grad_enabled() and args and isinstance(args[0], torch.Tensor):
             t = args[0]
             if any(t is leaf for leaf in self.leaves):
