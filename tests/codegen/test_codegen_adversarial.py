@@ -208,3 +208,16 @@ def test_clamp_keeps_negative_zero():
 def test_argmax_bool_raises():
     with pytest.raises(RuntimeError):
         torchkiln.compile(lambda x: x.argmax())(torch.tensor([False, True]))
+
+
+def test_large_float_sums_cascade():  # (fixed) a sequential float32 sum per vector lane stalled at 2**24 per lane
+    torchkiln.reset()
+    f = torchkiln.compile(lambda x: x.sum())
+    ones = torch.ones(1).expand(2**32)  # zero stride, nothing allocated (gave 2**28)
+    assert f(ones).item() == ones.sum().item() == 2.0**32
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(2, 2**24, generator=g)  # row sums: gave an error of 11, eager's 0.26
+    exact = x.double().sum(1)
+    rows = torchkiln.compile(lambda x: x.sum(1))(x)
+    eager_err, err = (x.sum(1) - exact).abs().max().item(), (rows - exact).abs().max().item()
+    assert err <= max(4 * eager_err, 2.0), (err, eager_err)

@@ -445,12 +445,58 @@ class CppKernel:
             if two_pass:
                 self._welford_mean_pass(welfords, scope)
             pragma = None if scalar else "#pragma omp simd " + " ".join(clauses)
-            inner = Scope(scope, ind + "  " * len(k.reduction_vars), hoist=scope, loop_vars=k.reduction_vars)
-            self._reduction_body(loop, inner, "two_pass" if two_pass else None)
-            scope.lines += self._reduction_loops(ind, pragma, inner.lines) + inner.lines
-            for d in range(len(k.reduction_vars), 0, -1):
-                scope.lines.append(ind + "  " * (d - 1) + "}")
+            sums = [] if scalar or two_pass else self._cascade_sums(reduces)
+            if sums:
+                self._cascade_loop(loop, scope, pragma, sums, after)
+            else:
+                inner = Scope(scope, ind + "  " * len(k.reduction_vars), hoist=scope, loop_vars=k.reduction_vars)
+                self._reduction_body(loop, inner, "two_pass" if two_pass else None)
+                scope.lines += self._reduction_loops(ind, pragma, inner.lines) + inner.lines
+                for d in range(len(k.reduction_vars), 0, -1):
+                    scope.lines.append(ind + "  " * (d - 1) + "}")
         scope.lines += after
+
+    #: cascade summation: a floating-point sum over one long reduction dim runs in chunks
+    #: of CASCADE points, each summed (vectorized, CASCADE / lanes points per lane) from
+    #: zero and added into a double: a sequential float sum per lane stalls at 2**24 per
+    #: lane (2**32 expanded ones summed to 2**28) and its error grows with n, not log n.
+    CASCADE = 4096
+
+    def _cascade_sums(self, reduces) -> list:
+        """The float ``sum`` Reduces of a one-dim reduction loop longer than a chunk
+        (statically: a shorter one keeps the plain loop); [] where no cascade applies."""
+        k = self.k
+        if len(k.reduction_vars) != 1:
+            return []
+        n = sympy.sympify(k.reduction_ranges[0])
+        if n.is_Integer and int(n) <= self.CASCADE:
+            return []
+        return [r for r in reduces if r.reduction_type == "sum" and r.dtype.is_floating_point
+                and not r.dtype.is_complex]
+
+    def _cascade_loop(self, loop, scope: Scope, pragma, sums, after) -> None:
+        k, ind = self.k, scope.indent
+        var, n = k.reduction_vars[0], cexpr(k.reduction_ranges[0])
+        c, ci = f"{var}_c", ind + "  "
+        inner = Scope(scope, ci + "  ", hoist=scope, loop_vars=k.reduction_vars)
+        self._reduction_body(loop, inner, None)  # first: its invariants hoist before the chunk loop
+        for r in sums:
+            scope.lines.append(f"{ind}double {r.name}_o = 0;")
+        scope.lines.append(f"{ind}for (int64_t {c} = 0; {c} < {n}; {c} += {self.CASCADE}) {{")
+        for r in sums:
+            scope.lines.append(f"{ci}{r.name} = 0;")
+        scope.lines.append(f"{ci}const int64_t {var}_e = ({n}) - {c} < {self.CASCADE} ? ({n}) : {c} + {self.CASCADE};")
+        scope.lines.append(f"{ci}{pragma}")
+        scope.lines.append(f"{ci}for (int64_t {var} = {c}; {var} < {var}_e; {var}++) {{")
+        scope.lines += inner.lines
+        scope.lines.append(f"{ci}}}")
+        for r in sums:
+            scope.lines.append(f"{ci}{r.name}_o += {r.name};")
+        scope.lines.append(f"{ind}}}")
+        for r in sums:
+            t = vtype(r.dtype)
+            after.insert(0, f"{ind}const {t} {r.name}_t = static_cast<{t}>({r.name}_o);")
+            self.reductions[r.name] = f"{r.name}_t"
 
     def _reduction_loops(self, indent: str, pragma, body: list[str]) -> list[str]:
         """The opening lines of the reduction loop nest around ``body``, with ``pragma``
