@@ -98,3 +98,29 @@ def test_small_graph_skips_a_starting_pool(monkeypatch):
     monkeypatch.setitem(compile_pool.stats, "jobs", 0)
     jobs = [("k", (), {})] * (compile_pool.MIN_JOBS_WHILE_STARTING - 1)
     assert compile_pool.precompile("/nonexistent.py", jobs, None).done()
+
+
+def test_index_add_chain_in_place_on_cpu(tmp_path, monkeypatch):
+    """C++ kernels: a dying accumulator gets ATen's ``index_add_`` (no copy of it per call,
+    an MoE's expert loop); a graph input or a value read again keeps the out-of-place op."""
+    monkeypatch.setenv("TORCHKILN_CACHE_DIR", str(tmp_path))
+
+    def f(x, i, src, j, src2):
+        out = torch.zeros(16, 6)
+        out = out.index_add(0, i, src * 2)
+        out = out.index_add(0, j, src2, alpha=3)
+        y = x * 2
+        kept = y.index_add(0, j, src2)  # y is read again below: copied
+        return out.relu(), kept + y, x.index_add(0, j, src2)
+
+    x, src, src2 = torch.randn(16, 6), torch.randn(10, 6), torch.randn(5, 6)
+    i, j = torch.randint(0, 16, (10,)), torch.randint(0, 16, (5,))
+    torchkiln.reset()
+    compiled = torchkiln.compile(f, fullgraph=True)
+    assert same(compiled(x, i, src, j, src2), f(x, i, src, j, src2), tol=1e-5)
+    x0 = x.clone()
+    with torch.profiler.profile() as prof:
+        got = compiled(x, i, src, j, src2)
+    assert same(got, f(x, i, src, j, src2), tol=1e-5) and torch.equal(x, x0)
+    ops = [e.name for e in prof.events() if e.name.startswith("aten::index_add")]
+    assert ops.count("aten::index_add_") >= 2 and ops.count("aten::index_add") == 2, ops

@@ -1302,6 +1302,28 @@ def _fresh_copy(x: TensorBox):
     return copy.realize()
 
 
+def _dying_own_buffer(x: TensorBox):
+    """The buffer ``x`` is, when an extern call may write into it in place: a buffer the
+    wrapper computes or gets from an extern call that returns fresh storage (or from
+    such an in-place ``index_add_``), read by nothing but the node being lowered and
+    named once there (as :func:`_fresh_copy`); else None.  The wrapper keeps it alive
+    as long as the in-place call's result (``index_add_`` returns an alias of it)."""
+    data = x.data if isinstance(x, TensorBox) else None
+    node = current_graph().current_node
+    arg = node.args[0] if node is not None and node.args else None
+    if not (isinstance(arg, torch.fx.Node) and len(arg.users) == 1 and _uses_of(node, arg) == 1):
+        return None
+    if data is not None and not isinstance(data, (Buffer, ReinterpretView, View)):
+        data = x.realize()  # a computed value only this node reads (torch.zeros): stored once, here
+    if isinstance(data, ComputedBuffer) and not isinstance(data, MutationBuffer):
+        return data if data.layout is not None else None
+    if (isinstance(data, ExternKernel) and data.layout is not None and isinstance(data.op, torch._ops.OpOverload)
+            and (data.op is aten.index_add_.default
+                 or not any(r.alias_info is not None for r in data.op._schema.returns))):
+        return data
+    return None
+
+
 def _uses_of(node: torch.fx.Node, arg: torch.fx.Node) -> int:
     """How many times ``node``'s arguments name ``arg``."""
     count = [0]
@@ -1349,9 +1371,19 @@ def scatter(x, dim, index, src, reduce=None):
 def index_add(x, dim, index, source, *, alpha=1):
     """``x.index_add(dim, index, source, alpha=alpha)`` for Triton kernels: a scatter with
     atomic adds (index checked, negatives raise as eager), into ``x``'s own buffer when
-    nothing else reads it (:func:`_fresh_copy`); for C++ kernels ATen's."""
+    nothing else reads it (:func:`_fresh_copy`); for C++ kernels ATen's, in place
+    (``index_add_``) into such a buffer (:func:`_dying_own_buffer`)."""
     xs, ss = list(x.get_size()), list(source.get_size())
-    if (not triton_kernels(x.device) or not xs or len(ss) != len(xs) or len(index.get_size()) != 1
+    if not triton_kernels(x.device):
+        own = _dying_own_buffer(x) if source.dtype == x.dtype else None
+        if own is not None:
+            # ATen's ``index_add_`` into the dying accumulator: a chain of
+            # ``out = out.index_add(...)`` (an MoE's expert outputs) copied the whole
+            # accumulator on every call out of place
+            return make_extern(aten.index_add_.default, [x, dim, index, source],
+                               {"alpha": alpha} if alpha != 1 else {}, fallback=False, layout=own.layout)
+        return fallback_handler(x, dim, index, source, alpha=alpha)
+    if (not xs or len(ss) != len(xs) or len(index.get_size()) != 1
             or x.dtype not in (torch.float32, torch.float64) or source.dtype != x.dtype):
         return fallback_handler(x, dim, index, source, alpha=alpha)
     dim = dim % len(xs)
