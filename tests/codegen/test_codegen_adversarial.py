@@ -64,9 +64,11 @@ def _pow(f, i):  # (fixed) FX printed operator.pow(-2, i) as ``-2 ** i``: -(2 **
 
 
 def _nan_min_max(a, b, t):
+    # clamp(min=nan): eager's CPU kernels give NaN, its CUDA kernel leaves the input (fmax-like):
+    # compared on the CPU only
     return (torch.maximum(a, b).abs(), torch.minimum(a, b).abs(), torch.fmax(a, b), torch.fmin(a, b), a.max(), a.min(),
             a.view(2, 3).amax(1), a.view(2, 3).max(1), a.view(2, 3).min(0), a.argmax(), a.argmin(),
-            a.clamp(0, 1).abs(), a.clamp(min=nan), a.clamp(min=b).abs(), torch.relu(a).abs(),
+            a.clamp(0, 1).abs(), (a * 1 if a.is_cuda else a.clamp(min=nan)), a.clamp(min=b).abs(), torch.relu(a).abs(),
             torch.nn.functional.hardtanh(a), t.argmax(1), t.argmin(0), t.max(1), t.argmax(), a.nan_to_num(),
             a.isnan(), a.isinf(), a.isposinf(), a.isneginf(), a.sign(), a.signbit(), a.logical_not())
 
@@ -101,7 +103,7 @@ def _layouts(offset, strided, expanded, overlap, cl):
 def _indexing(x, i, j, m, w):
     return (x[i] * 2, x[:, i[:2]] + 1, torch.index_select(x, 0, i.abs()) + 1, torch.gather(x, 1, j) + 1,
             torch.take(x, i) + 1, x.scatter(1, j, 5.0) + 1, x.index_put((i,), torch.tensor(9.0)) + 1,
-            x.index_put((i,), torch.tensor(1.0), accumulate=True) + 1, x.index_add(0, i.abs(), torch.ones(4, 3)) + 1,
+            x.index_put((i,), torch.tensor(1.0), accumulate=True) + 1, x.index_add(0, i.abs(), torch.ones(4, 3, device=x.device)) + 1,
             x.index_fill(1, i[:1], -1.0) + 1, x[m] + 1, x[i.to(torch.int32)] + 1, x[i.view(2, 2), :2] + 1,
             torch.nn.functional.embedding(i.abs(), w) + 1, x.roll(-1, 0) + 1, x.narrow(0, -2, 2) + 1, x.select(1, -1) + 1,
             x.diagonal(-1) + 1, torch.nn.functional.pad(x, (-1, 2)) + 1)
@@ -170,7 +172,7 @@ OUT_OF_RANGE = {
     "take": lambda x, i: torch.take(x, i * 3) + 1,
     "scatter": lambda x, i: x.scatter(0, i.view(-1, 1).expand(-1, 3), 5.0) + 1,
     "index_put": lambda x, i: x.index_put((i,), torch.tensor(9.0)) + 1,
-    "index_add": lambda x, i: x.index_add(0, i, torch.ones(i.numel(), 3)) + 1,
+    "index_add": lambda x, i: x.index_add(0, i, torch.ones(i.numel(), 3, device=x.device)) + 1,
     "index_fill": lambda x, i: x.index_fill(0, i, 1.0) + 1,
     "embedding": lambda x, i: torch.nn.functional.embedding(i, x) + 1,
 }

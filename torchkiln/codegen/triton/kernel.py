@@ -242,6 +242,11 @@ class KernelRenderer:
         # 2-d (reduction) tile, e.g. torch.ones(n).sum()
         unit = "[1, 1]" if "," in ctx.shape else "[1]"
         if isinstance(v, ir.Constant):
+            if v.dtype.is_floating_point and float(v.value) == 0 and math.copysign(1.0, float(v.value)) < 0:
+                # -0.0 as the negation of 0.0: Triton's scalar constants of a float type
+                # map a value equal to 0 to the null value (+0.0) on the GPU (``x / -0.0``
+                # gave ``x / 0.0`` on the H100); the negation keeps the sign
+                return self.emit(ctx, f"(-tl.full({unit}, 0.0, {compute_dtype(v.dtype)}))")
             return self.emit(ctx, f"tl.full({unit}, {_literal(v.value, v.dtype)}, {compute_dtype(v.dtype)})")
         if isinstance(v, ir.IndexValue):
             if v.dtype == torch.bool:
