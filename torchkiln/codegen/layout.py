@@ -72,6 +72,23 @@ def realize_channels_last(box: TensorBox):
     return copy.realize(channels_last_strides(box.get_size()))
 
 
+def _direct_load_coeffs(data) -> list:
+    """For each direct (not indirect) load of the 4-d pointwise ``data``: the coefficients
+    of the four index variables in its index; [] where the loader cannot be evaluated
+    on symbols."""
+    vars_ = ir.index_vars("v", 4)
+    try:
+        value = data.make_loader()(vars_)
+    except Exception:
+        return []
+    out = []
+    for load in _loads(value):
+        if not load.indirect:
+            index = sympy.expand(load.index)
+            out.append([index.coeff(v) for v in vars_])
+    return out
+
+
 def prefers_channels_last(data, size) -> bool:
     """Whether a pointwise value over a 4-d ``size`` reads a channels-last buffer of
     the same size with the channels-last index (conv -> batch norm -> ReLU): then
@@ -81,16 +98,7 @@ def prefers_channels_last(data, size) -> bool:
     if all(sympy.sympify(s).is_number and int(s) == 1 for s in size[1:2]):
         return False
     want = channels_last_strides(size)
-    vars_ = ir.index_vars("v", 4)
-    try:
-        value = data.make_loader()(vars_)
-    except Exception:
-        return False
-    for load in _loads(value):
-        if load.indirect:
-            continue
-        index = sympy.expand(load.index)
-        coeffs = [index.coeff(v) for v in vars_]
+    for coeffs in _direct_load_coeffs(data):
         if all(sympy.simplify(n - 1) == 0 or sympy.simplify(a - b) == 0 for n, a, b in zip(size, coeffs, want)) \
                 and coeffs[1] == 1 and any(sympy.simplify(n - 1) != 0 for n in size[2:]):
             return True
@@ -106,16 +114,7 @@ def reads_channels_last(data, size) -> bool:
         return False
     if sympy.sympify(size[1]) == 1 or all(sympy.sympify(s) == 1 for s in size[2:]):
         return False
-    vars_ = ir.index_vars("v", 4)
-    try:
-        value = data.make_loader()(vars_)
-    except Exception:
-        return False
-    for load in _loads(value):
-        if load.indirect:
-            continue
-        index = sympy.expand(load.index)
-        coeffs = [index.coeff(v) for v in vars_]
+    for coeffs in _direct_load_coeffs(data):
         if coeffs[1] == 1 and all(sympy.sympify(n) == 1 or (c.is_number and c > 1) for n, c in zip(size[2:], coeffs[2:])):
             return True
     return False
