@@ -82,10 +82,11 @@ def _empty_and_size_one(e, s):
             s.logsumexp(1), s.softmax(1), s.argmax(1))
 
 
-def _special_values(x, y):  # (fixed) the kernel CSE merged ``x / 0.0`` and ``x / -0.0`` (0.0 == -0.0)
+def _special_values(x, y):  # (fixed) the kernel CSE merged ``x / 0.0`` and ``x / -0.0`` (0.0 == -0.0);
+    # compiled Triton made -0.0 constants and the negation of +0.0 into +0.0 (``1 / -x``)
     return (x.logsumexp(1), x.softmax(1), x.log_softmax(1), x.sigmoid(), torch.atan2(x, y), x / 0, x / -0.0,
             (x * 0), (y.nan_to_num() * 0.0).signbit(), (y.nan_to_num() * -0.0).signbit(), x.clamp(min=0.0) * 1, x.clamp(min=-0.0) * 1, x - x,
-            x.reciprocal(), x.sqrt(), x.expm1(), x.log1p(), x.erfinv())
+            x.reciprocal(), x.sqrt(), x.expm1(), x.log1p(), x.erfinv(), 1 / -x, 1 / (x * -0.0), 1 / (-x).exp2().neg())
 
 
 def _round_and_cast(f, big):

@@ -243,10 +243,11 @@ class KernelRenderer:
         unit = "[1, 1]" if "," in ctx.shape else "[1]"
         if isinstance(v, ir.Constant):
             if v.dtype.is_floating_point and float(v.value) == 0 and math.copysign(1.0, float(v.value)) < 0:
-                # -0.0 as the negation of 0.0: Triton's scalar constants of a float type
-                # map a value equal to 0 to the null value (+0.0) on the GPU (``x / -0.0``
-                # gave ``x / 0.0`` on the H100); the negation keeps the sign
-                return self.emit(ctx, f"(-tl.full({unit}, 0.0, {compute_dtype(v.dtype)}))")
+                # -0.0 from its bit pattern: compiled Triton (3.6, H100) turns a float
+                # constant equal to 0 into +0.0, and its unary minus into ``0 - x`` (so
+                # ``-tl.full(.., 0.0, ..)`` is +0.0 too); the interpreter kept the sign
+                neg_zero = f"tl.full({unit}, -2147483648, tl.int32).to(tl.float32, bitcast=True)"
+                return self.emit(ctx, f"{neg_zero}.to({compute_dtype(v.dtype)})")
             return self.emit(ctx, f"tl.full({unit}, {_literal(v.value, v.dtype)}, {compute_dtype(v.dtype)})")
         if isinstance(v, ir.IndexValue):
             if v.dtype == torch.bool:
@@ -283,7 +284,8 @@ class KernelRenderer:
                 return f"libdevice.{name}({a[0]}.to(tl.float64), {a[1]}.to(tl.float64)).to({cdt})"
             return f"libdevice.{name}({a[0]}, {a[1]})"
         simple = {
-            "neg": f"(-{a[0]})" if dt != torch.bool else f"{a[0]}",
+            # floats: ``x * -1.0``, exact, and -0.0 for +0.0 (compiled Triton's ``-x`` is ``0 - x``)
+            "neg": f"({a[0]} * -1.0)" if is_float else f"(-{a[0]})" if dt != torch.bool else f"{a[0]}",
             "abs": f"tl.abs({a[0]})",
             "sigmoid": f"(1.0 / (1.0 + tl.exp(-{a[0]})))",
             "relu": f"tl.where({a[0]} < 0, 0, {a[0]})",
