@@ -224,3 +224,38 @@ def test_large_float_sums_cascade():  # (fixed) a sequential float32 sum per vec
     rows = torchkiln.compile(lambda x: x.sum(1))(x)
     eager_err, err = (x.sum(1) - exact).abs().max().item(), (rows - exact).abs().max().item()
     assert err <= max(4 * eager_err, 2.0), (err, eager_err)
+
+
+def _overflow_folds(a):  # (fixed) signed overflow is undefined in C++: GCC folded these as if it could not happen
+    return (a.abs() % 5, a.abs() // 3, a.abs() < 0, (-a).abs() >= 0, -a < 0, (a + 1) > a, (a - 1) < a, (a * 2) // 2,
+            (a * 4) // 4, (a * 3) % 3, a.abs().sign(), a.abs().clamp(min=0), a.abs() ** 2, (-3) ** (a.abs() % 5))
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_integer_overflow_wraps(dtype, backend, backend_device):
+    big = 2**62 if dtype == torch.int64 else 2**30
+    lo = -2**63 if dtype == torch.int64 else -2**31
+    check(_overflow_folds, torch.tensor([big, lo, -lo - 1, 5, -7], dtype=dtype), device=backend_device)
+    # (fixed) Triton: integer fmod and pow went through float64 (wrong past 2**53)
+    check(lambda a, b: (torch.fmod(a, b), a.pow(b.abs() % 40), torch.pow(3, b), a // b, torch.div(a, b, rounding_mode="trunc")),
+          torch.tensor([2**62 + 1, -2**62 - 1, 7, -7, 3]), torch.tensor([3, 5, -2, 2, 39]), device=backend_device)
+
+
+def test_integer_pow_of_negative_exponent_raises():  # (fixed) gave 0 where eager raises
+    with pytest.raises(RuntimeError, match="negative integer powers"):
+        torchkiln.compile(lambda b: b.pow(-1) + 1)(torch.tensor([1, 2, 3]))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_integer_division_by_minus_one_and_zero(dtype):  # (fixed) SIGFPE killed the process
+    lo = -2**63 if dtype == torch.int64 else -2**31
+    a, b = torch.tensor([lo, 5, -7], dtype=dtype), torch.tensor([-1, -1, 2], dtype=dtype)
+    check(lambda a, b: (a // b, a % b, torch.fmod(a, b), torch.remainder(a, -1), a // -1), a, b)
+    for fn in (lambda a, b: a // b, lambda a, b: a % b, lambda a, b: torch.fmod(a, b),
+               lambda a, b: torch.div(a, b, rounding_mode="trunc"), lambda a, b: a // 0, lambda a, b: a % 0):
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            fn(a, b * 0)
+        torchkiln.reset()
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            torchkiln.compile(fn)(a, b * 0)

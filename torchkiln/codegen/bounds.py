@@ -156,10 +156,15 @@ def needs(value, size, var_ranges: dict, wrap: bool = True) -> tuple[bool, bool]
 _IS_RUNTIME_ERROR = ("aten.gather", "aten.scatter")
 
 
+ZERO_DIVISION = "integer division by zero"  # the op of a kernel's divisor check (C++ kernels)
+
+
 def index_error(op: str, dim: int, index: int, size: int) -> Exception:
     """The exception eager raises for ``index`` out of ``[-size, size)`` at ``dim`` of
     ``op`` (an ATen op name): ``RuntimeError`` for gather/scatter, else ``IndexError``;
     the message names the index, the size and the op."""
+    if op == ZERO_DIVISION:
+        return RuntimeError("ZeroDivisionError")  # eager's message for an integer tensor divided by 0
     where = f"index {index} is out of bounds for dimension {dim} with size {size}"
     if op.startswith(("aten.index_select", "aten.embedding", "aten.index_add")):
         msg = f"index out of range in self ({where})"

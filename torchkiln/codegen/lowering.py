@@ -312,6 +312,10 @@ def pow_scalar(x, exponent):
     (and a reciprocal when negative, floating types only): a ``pow`` call per element
     keeps the C++ loop from vectorizing (about 20x slower than the products)."""
     cdt = compute_dtype(out_dtype())
+    if not cdt.is_floating_point and cdt != torch.bool and isinstance(exponent, int) and exponent < 0:
+        # eager refuses ("Integers to negative integer powers are not allowed."): so does this
+        # lowering, and the graph falls back to eager, which raises
+        raise NotImplementedError("pow: integer tensor to a negative integer power")
     if isinstance(exponent, (int, float)) and exponent == 0.5 and cdt.is_floating_point:
         return pointwise(lambda v: Op("sqrt", (cast(v, cdt),), cdt), x)
     if (isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and math.isfinite(exponent)

@@ -19,6 +19,7 @@ from ..ir import (
     TRANSCENDENTAL, Constant, FusedKernel, IndexValue, Load, Loop, Masked, Op, Reduce, ReductionValue, Store,
     is_float_symbol, welford_m2, welford_mean,
 )
+from ..bounds import ZERO_DIVISION
 from ..printers import cexpr
 
 CTYPES = {
@@ -79,6 +80,12 @@ _BINARY = {
     "bitwise_xor": "({0} ^ {1})", "lshift": "({0} << {1})", "rshift": "({0} >> {1})",
     "copysign": "kiln::copysign({0}, {1})", "hypot": "kiln::hypot({0}, {1})",
 }
+
+# integer ops that wrap (or divide) through the prelude's kiln_<name>_<type> helpers
+_WRAPPING = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+_INTEGER_OPS = {"add": "wadd", "sub": "wsub", "mul": "wmul", "neg": "wneg", "abs": "wabs", "truncdiv": "idiv",
+                "fmod": "ifmod", "floordiv": "ifloordiv", "remainder": "imod"}
+_DIVISIONS = ("truncdiv", "fmod", "floordiv", "remainder")
 
 
 class Scope:
@@ -252,6 +259,11 @@ class CppKernel:
         name, dt = op.name, op.dtype
         adt = op.args[0].dtype if op.args else dt
         floating = adt.is_floating_point
+        if name in _INTEGER_OPS and adt == dt and dt in _WRAPPING:  # see the prelude's KILN_WRAPPING
+            if name in _DIVISIONS:
+                self.sites.append((ZERO_DIVISION, 0))
+                args = [args[0], f"kiln_check_divisor({args[1]}, {len(self.sites) - 1}, &kiln_err)"]
+            return f"kiln_{_INTEGER_OPS[name]}_{vtype(dt)}({', '.join(args)})"
         if name == "to_dtype":
             src = op.args[0].dtype
             if dt == torch.bool:

@@ -60,6 +60,10 @@ static inline int64_t kiln_check_index(int64_t i, int64_t n, int site, kiln_inde
   if (__builtin_expect(static_cast<uint64_t>(w) >= static_cast<uint64_t>(n), 0)) { kiln_index_fail(e, i, n, site); return 0; }
   return w;
 }
+static inline int64_t kiln_check_divisor(int64_t d, int site, kiln_index_error* e) {  // integer division
+  if (__builtin_expect(d == 0, 0)) { kiln_index_fail(e, 0, 0, site); return 1; }
+  return d;
+}
 static inline int kiln_index_report(const kiln_index_error* e) {
   if (!e->set) return 0;
   kiln_last_index_error = *e;
@@ -180,6 +184,36 @@ static inline int64_t kiln_mod(int64_t a, int64_t b) {
 }
 template <typename T> static inline T kiln_abs(T a) { return a < 0 ? -a : a; }
 
+// Integer values wrap on overflow as ATen's kernels do (two's complement).  Signed overflow
+// is undefined in C++, and GCC folds on that assumption (``abs(x) % 5`` skipped the sign
+// fix-up, ``(x + 1) > x`` became true, ``x * 2 / 2`` became x): int32/int64 arithmetic
+// goes through the unsigned type (narrower types are computed in int and wrap on the
+// narrowing store).  Integer division by zero records an error (the wrapper raises
+// ZeroDivisionError as eager) and divides by 1 instead of trapping; x / -1 is the wrapping
+// negation (INT_MIN / -1 traps on x86).
+#define KILN_WRAPPING(T, U)                                                                                 \
+  static inline T kiln_wadd_##T(T a, T b) { return static_cast<T>(static_cast<U>(a) + static_cast<U>(b)); } \
+  static inline T kiln_wsub_##T(T a, T b) { return static_cast<T>(static_cast<U>(a) - static_cast<U>(b)); } \
+  static inline T kiln_wmul_##T(T a, T b) { return static_cast<T>(static_cast<U>(a) * static_cast<U>(b)); } \
+  static inline T kiln_wneg_##T(T a) { return static_cast<T>(U(0) - static_cast<U>(a)); }                   \
+  static inline T kiln_wabs_##T(T a) { return a < 0 ? kiln_wneg_##T(a) : a; }                               \
+  static inline T kiln_idiv_##T(T a, T b) { return b == -1 ? kiln_wneg_##T(a) : a / b; }                    \
+  static inline T kiln_ifmod_##T(T a, T b) { return b == -1 ? T(0) : a % b; }                               \
+  static inline T kiln_ifloordiv_##T(T a, T b) {                                                            \
+    if (b == -1) return kiln_wneg_##T(a);                                                                   \
+    T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;                                   \
+  }                                                                                                         \
+  static inline T kiln_imod_##T(T a, T b) {                                                                 \
+    if (b == -1) return T(0);                                                                               \
+    T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;                                       \
+  }
+KILN_WRAPPING(int64_t, uint64_t)
+KILN_WRAPPING(int32_t, uint32_t)
+KILN_WRAPPING(int16_t, uint16_t)
+KILN_WRAPPING(int8_t, uint8_t)
+KILN_WRAPPING(uint8_t, uint8_t)
+#undef KILN_WRAPPING
+
 static inline float kiln_h2f(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
   if (exp == 0) {
@@ -219,7 +253,8 @@ template <typename T> static inline T kiln_fremainder(T a, T b) {
 }
 static inline int64_t kiln_ipow(int64_t a, int64_t b) {
   if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
-  int64_t r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
+  uint64_t r = 1, x = static_cast<uint64_t>(a);  // wraps as ATen's
+  while (b) { if (b & 1) r *= x; x *= x; b >>= 1; } return static_cast<int64_t>(r);
 }
 template <typename T> static inline T kiln_sign(T a) {  // branch-free; sign(nan) = 0 as ATen
   T s = a > T(0) ? T(1) : T(0); return a < T(0) ? T(-1) : s;

@@ -66,6 +66,49 @@ def kiln_mod(a, b):
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 
 
+# Integer values (not indices): Triton's ``//`` and ``%`` truncate as C's; the divisor -1
+# is replaced by 1 and the quotient negated (INT_MIN // -1 overflows), so INT_MIN and
+# wrapped products divide as ATen's (the abs-based helpers above made abs(INT_MIN) < 0).
+@triton.jit
+def kiln_ivalue_floordiv(a, b):
+    d = tl.where(b == -1, 1, b)
+    q = a // d
+    r = a % d
+    q = tl.where((r != 0) & ((r < 0) != (d < 0)), q - 1, q)
+    return tl.where(b == -1, 0 - a, q)
+
+
+@triton.jit
+def kiln_ivalue_truncdiv(a, b):
+    d = tl.where(b == -1, 1, b)
+    return tl.where(b == -1, 0 - a, a // d)
+
+
+@triton.jit
+def kiln_ivalue_mod(a, b):
+    d = tl.where(b == -1, 1, b)
+    r = a % d
+    return tl.where((r != 0) & ((r < 0) != (d < 0)), r + d, r)
+
+
+@triton.jit
+def kiln_ivalue_fmod(a, b):
+    return a % tl.where(b == -1, 1, b)
+
+
+@triton.jit
+def kiln_ivalue_pow(a, b):  # by squaring, wrapping as ATen's; b < 0 as ATen's integer pow
+    r = a * 0 + b * 0 + 1
+    x = a + b * 0
+    e = b + a * 0
+    for _ in tl.static_range(64):
+        r = tl.where((e & 1) != 0, r * x, r)
+        x = x * x
+        e = e >> 1
+    neg = tl.where(a == 1, 1, tl.where(a == -1, tl.where((b & 1) != 0, -1, 1), 0))
+    return tl.where(b < 0, neg, r)
+
+
 @triton.jit
 def kiln_fremainder(a, b):
     r = libdevice.fmod(a, b)

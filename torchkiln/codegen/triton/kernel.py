@@ -279,6 +279,8 @@ class KernelRenderer:
             return f"({a[0]} {_BINARY_INFIX[name]} {a[1]})"
         if name in _UNARY_LIBDEVICE:
             return f"libdevice.{name}({a[0]})"
+        if name in ("fmod", "pow") and not is_float and dt != torch.bool:
+            return f"kiln_ivalue_{name}({a[0]}, {a[1]})"
         if name in _BINARY_LIBDEVICE:
             if not is_float:
                 return f"libdevice.{name}({a[0]}.to(tl.float64), {a[1]}.to(tl.float64)).to({cdt})"
@@ -310,13 +312,13 @@ class KernelRenderer:
         if name == "truediv":
             return f"({a[0]} / {a[1]})" if is_float else f"({a[0]}.to(tl.float64) / {a[1]}).to({cdt})"
         if name == "floordiv":
-            return f"libdevice.floor({a[0]} / {a[1]})" if is_float else f"kiln_floordiv({a[0]}, {a[1]})"
+            return f"libdevice.floor({a[0]} / {a[1]})" if is_float else f"kiln_ivalue_floordiv({a[0]}, {a[1]})"
         if name == "truncdiv":
-            return f"libdevice.trunc({a[0]} / {a[1]})" if is_float else f"kiln_truncdiv({a[0]}, {a[1]})"
+            return f"libdevice.trunc({a[0]} / {a[1]})" if is_float else f"kiln_ivalue_truncdiv({a[0]}, {a[1]})"
         if name == "remainder":
             if is_float:
                 return f"kiln_fremainder({a[0]}, {a[1]})"
-            return f"kiln_mod({a[0]}, {a[1]})"
+            return f"kiln_ivalue_mod({a[0]}, {a[1]})"
         raise NotImplementedError(f"Triton kernels: no rendering of op {name!r}")
 
     # ------------------------------------------------------------------ statements
