@@ -90,6 +90,11 @@ def _select_add(x):
     return x * 2
 
 
+def _two_outputs_without_grad(c, x):  # (fixed) all but the last output marked non-differentiable required grad
+    c.add_(1)  # a buffer's update (``self.count += 1``) next to a differentiable output
+    return x * 2, c.clone(), c * 3, x.sum().detach()
+
+
 def _t_(x):  # (fixed) the input's fake kept the new metadata: inductor raised, sizes wrong
     x.t_()
     return x + 1
@@ -313,6 +318,7 @@ def _pair(b0, b1):
 
 CASES = {
     "select_add": (_select_add, lambda: [R(3, 4)]),
+    "two_outputs_without_grad": (_two_outputs_without_grad, lambda: [R(()), G(3)]),
     "t_": (_t_, lambda: [R(3, 4)]),
     "unsqueeze_": (_unsqueeze_, lambda: [R(3, 4)]),
     "resize_shrink": (_resize_shrink, lambda: [R(3, 4)]),

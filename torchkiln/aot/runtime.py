@@ -124,12 +124,15 @@ def make_autograd_function(fw_fn: Callable, get_bw_fn: Callable[..., Callable], 
             ctx.tangent_meta = [(o.shape, o.dtype, o.device) for o, d in zip(fw_outs, diff_mask) if d]
             if all_differentiable:
                 return tuple(fw_outs)
-            result = []
+            result, non_differentiable = [], []
             for o, d in zip(fw_outs, diff_mask):
                 if isinstance(o, torch.Tensor) and not d:
                     o = o.detach()
-                    ctx.mark_non_differentiable(o)
+                    non_differentiable.append(o)
                 result.append(o)
+            # one call: each call replaces the set of the previous one (only the last tensor
+            # marked stayed non-differentiable; a buffer's clone came out requiring grad)
+            ctx.mark_non_differentiable(*non_differentiable)
             return tuple(result)
 
         @staticmethod
