@@ -18,6 +18,11 @@ Usage::
     python benchmarks/codegen_bench.py [--device cpu|cuda] [--threads N] [--only NAME]
                                        [--reps N] [--json PATH] [--no-torch]
 
+On CUDA each row also gets the summed GPU kernel time per call of each contender and,
+for torchkiln, every generated Triton kernel's median GPU time, the bytes of its tensor
+arguments (each buffer once) and the achieved GB/s against the H100's measured copy
+bandwidth (~3.0 TB/s; torch.profiler, launches recorded in order).
+
 CPU runs use ``torch.set_num_threads(1)`` unless ``--threads`` says otherwise (on a
 shared 2-core machine, more threads make timings long-tailed).  Timings are noisy; this
 prints them, it never asserts on them.
@@ -213,7 +218,96 @@ def run_one(name, make_model, make_input, backward, device, reps, use_torch):
             row[f"{cname}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
     for cname, t in _interleaved_medians(contenders, x, backward, device, reps).items():
         row[f"{cname}_ms"] = t * 1e3
+    if device == "cuda" and "torchkiln" in contenders:
+        try:
+            row["kiln_kernels"] = kernel_bandwidth(contenders["torchkiln"], x, backward)
+            row.update(_gpu_time(contenders, x, backward))
+        except Exception as e:  # a report, not a failure of the row
+            row["kiln_kernels"] = [{"error": f"{type(e).__name__}: {e}"}]
     return row
+
+
+# ---------------------------------------------------------------------------------------
+# per-kernel bandwidth (CUDA): what each generated Triton kernel moves and how fast
+
+
+def _tensor_bytes(args) -> int:
+    """Bytes of the tensor arguments of one launch, each buffer once (a kernel that
+    reads and writes one buffer in place counts it once: a lower bound on its traffic)."""
+    seen, total = set(), 0
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.data_ptr() not in seen:
+            seen.add(a.data_ptr())
+            total += a.numel() * a.element_size()
+    return total
+
+
+def _profile_kernels(fn, x, backward, steps):
+    """CUDA kernel events (name, start us, duration us) of ``steps`` calls, in launch order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            _step(fn, x, backward)
+        torch.cuda.synchronize()
+    evs = [(e.name, e.time_range.start, e.device_time_total) for e in prof.events()
+           if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sorted(evs, key=lambda e: e[1])
+
+
+def kernel_bandwidth(fn, x, backward, steps=5):
+    """Each generated Triton kernel of one call: median GPU time (us, over ``steps``
+    profiled calls), bytes of its tensor arguments and achieved GB/s.  The launches are
+    recorded by wrapping every bound :class:`runtime.Launcher` entry for the profiled
+    calls only (the timed calls above ran unwrapped)."""
+    import gc
+
+    from torchkiln.codegen.triton import runtime
+
+    log = []
+
+    def recording(name, launch):
+        def rec(grid, stream, *args):
+            log.append((name, _tensor_bytes(args)))
+            return launch(grid, stream, *args)
+        return rec
+
+    saved = []
+    for L in [o for o in gc.get_objects() if type(o) is runtime.Launcher]:  # weak proxies fail isinstance
+        saved.append((L, dict(L.bound)))
+        for key, launch in list(L.bound.items()):
+            L.bound[key] = recording(L.fn.__name__, launch)
+    try:
+        evs = _profile_kernels(fn, x, backward, steps)
+    finally:
+        for L, bound in saved:
+            L.bound.clear()
+            L.bound.update(bound)
+    names = {n for n, _ in log}
+    evs = [e for e in evs if e[0] in names]
+    if not log or len(evs) != len(log) or any(e[0] != n for e, (n, _) in zip(evs, log)):
+        return [{"error": f"{len(log)} launches recorded, {len(evs)} kernels profiled"}]
+    per = len(log) // steps
+    out = []
+    for i in range(per):
+        us = statistics.median(evs[i + j * per][2] for j in range(steps))
+        name, nbytes = log[i]
+        out.append({"kernel": name, "us": us, "MB": nbytes / 1e6, "GBps": nbytes / us / 1e3 if us else 0.0})
+    return out
+
+
+def _gpu_time(contenders, x, backward, steps=5):
+    """Summed GPU kernel time per call (us) of each contender and of its Triton kernels."""
+    out = {}
+    for cname, fn in contenders.items():
+        evs = _profile_kernels(fn, x, backward, steps)
+        out[f"{cname}_gpu_us"] = sum(e[2] for e in evs) / steps
+        out[f"{cname}_kernels"] = len(evs) / steps
+    return out
+
+
+COPY_GBPS = 3000  # the H100's measured device-to-device copy bandwidth (issue 16)
 
 
 def _fmt(v, spec):
@@ -243,6 +337,17 @@ def print_table(rows, use_torch):
         for key in ("torchkiln_error", "torch_error"):
             if key in r:
                 print(f"{r['workload']} {r['mode']}: {key[:-6]} failed: {r[key]}")
+    for r in rows:
+        if r.get("kiln_kernels"):
+            gpu = "  ".join(f"{c} {r[c + '_gpu_us']:.1f} us/{r[c + '_kernels']:.0f} kernels"
+                            for c in ("eager", "torchkiln", "torch") if c + "_gpu_us" in r)
+            print(f"{r['workload']} {r['mode']}: GPU time per call {gpu}")
+            for k in r["kiln_kernels"]:
+                if "error" in k:
+                    print(f"    {k['error']}")
+                else:
+                    print(f"    {k['kernel']:28s} {k['us']:8.1f} us {k['MB']:8.2f} MB {k['GBps']:7.0f} GB/s"
+                          f" ({k['GBps'] / COPY_GBPS:.0%} of {COPY_GBPS} GB/s)")
     speedups = [r["eager_ms"] / r["torchkiln_ms"] for r in rows if r.get("torchkiln_ms")]
     if speedups:
         print(f"torchkiln geomean speedup over eager: {math.exp(sum(map(math.log, speedups)) / len(speedups)):.2f}x")

@@ -20,6 +20,10 @@ def test_num_splits():
     assert split_reduction.num_splits(4096, 4096) == 1  # enough outputs already
     assert split_reduction.num_splits(2048, 8192, outer=True) == 8  # a column sum: 32 outputs a program
     assert split_reduction.num_splits(16384, 8192, outer=True) == 1
+    # layer-norm weight/bias gradients of 2048 rows: 24 programs of 32 columns unsplit
+    assert split_reduction.num_splits(768, 2048, outer=True) == 8
+    assert split_reduction.num_splits(768, 2048) == 1  # a row reduction of 2048 stays whole
+    assert split_reduction.num_splits(768, 512, outer=True) == 1  # too few rows / elements
     assert split_reduction.num_splits(8, 1000) == 1  # short rows
     assert split_reduction.num_splits(3, 4099 * 1023) == 1  # no power of two divides the row
     for x, r in [(1, 1 << 20), (7, 6144 * 256), (1000, 1 << 20)]:
@@ -63,6 +67,35 @@ def test_wide_column_sum_is_split_row_sum_is_not(monkeypatch):
     out = torchkiln.compile(lambda x: (x.sum(0), x.sum(1)))(x)
     assert same(out, (x.sum(0), x.sum(1)), tol=1e-4)
     assert calls and set(calls) == {8}  # the column sum (2048 outputs): 8 chunks of 512 rows; the row sum whole
+
+
+def test_short_column_sum_is_split_short_row_sum_is_not(monkeypatch):
+    calls = _spy(monkeypatch)
+    x = torch.randn(2048, 768)
+    torchkiln.reset()
+    out = torchkiln.compile(lambda x: (x.sum(0), (x * 2).sum(1)))(x)
+    assert same(out, (x.sum(0), (x * 2).sum(1)), tol=1e-4)
+    assert calls == [8]  # only the column sum: 8 chunks of 256 rows
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_split_layer_norm_weight_gradients(backend, backend_device, monkeypatch):
+    """A layer norm trained on 2048 rows: its weight and bias gradients (column sums of
+    rows shorter than MIN_RNUMEL) are split; gradients as eager's."""
+    calls = _spy(monkeypatch)
+    torch.manual_seed(0)
+    ln = torch.nn.LayerNorm(64).to(backend_device)
+    x = torch.randn(2048, 64, device=backend_device, requires_grad=True)
+    w = torch.randn(2048, 64, device=backend_device)
+    torchkiln.reset()
+    out = torchkiln.compile(lambda x: (ln(x) * w).sum())(x)
+    out.backward()
+    got = [out.detach(), ln.weight.grad.clone(), ln.bias.grad.clone(), x.grad.clone()]
+    ln.zero_grad(); x.grad = None
+    ref = (ln(x) * w).sum()
+    ref.backward()
+    assert same(got, [ref.detach(), ln.weight.grad, ln.bias.grad, x.grad], tol=1e-4)
+    assert calls
 
 
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
