@@ -187,7 +187,7 @@ template <typename T> static inline T kiln_abs(T a) { return a < 0 ? -a : a; }
 // Integer values wrap on overflow as ATen's kernels do (two's complement).  Signed overflow
 // is undefined in C++, and GCC folds on that assumption (``abs(x) % 5`` skipped the sign
 // fix-up, ``(x + 1) > x`` became true, ``x * 2 / 2`` became x): int32/int64 arithmetic
-// goes through the unsigned type (narrower types are computed in int and wrap on the
+// goes through the unsigned type (narrower types through uint32_t, since their unsigned types promote to int, and wrap on the
 // narrowing store).  Integer division by zero records an error (the wrapper raises
 // ZeroDivisionError as eager) and divides by 1 instead of trapping; x / -1 is the wrapping
 // negation (INT_MIN / -1 traps on x86).
@@ -209,9 +209,9 @@ template <typename T> static inline T kiln_abs(T a) { return a < 0 ? -a : a; }
   }
 KILN_WRAPPING(int64_t, uint64_t)
 KILN_WRAPPING(int32_t, uint32_t)
-KILN_WRAPPING(int16_t, uint16_t)
-KILN_WRAPPING(int8_t, uint8_t)
-KILN_WRAPPING(uint8_t, uint8_t)
+KILN_WRAPPING(int16_t, uint32_t)  // not uint16_t: it promotes to int, and 65535 * 65535 overflows int
+KILN_WRAPPING(int8_t, uint32_t)
+KILN_WRAPPING(uint8_t, uint32_t)
 #undef KILN_WRAPPING
 
 static inline float kiln_h2f(uint16_t h) {
