@@ -62,14 +62,6 @@ def test_reduction_configs_cover_the_row(outer):
                 assert not persistent or rb >= r
 
 
-def test_reduction_configs_of_1024_wide_rows():
-    # H100 sweep (benchmarks/triton_block_sweep.py): unmasked rows of 1024 four at a time
-    # with 4 warps; masked rows of 768 keep pairs with 8 warps
-    assert runtime.reduction_config(4096, 1024, False) == (True, 4, 1024, 4)
-    assert runtime.reduction_config(4096, 768, False) == (True, 2, 1024, 8)
-    assert runtime.reduction_config(3, 1024, False)[1] == 4  # rows past xnumel are masked
-
-
 def test_outer_reduction(device, reduction_mode):
     # out[x0] = sum over r0 of a[r0, x0]: contiguous in x, strided in r (a bias gradient)
     launch, gen = build(device, kernel("k", [s1], [s0], [ir.Loop(True, [ir.Reduce("t", "sum", L("a", s1 * r0 + x0), f32)]),

@@ -53,13 +53,9 @@ def reduction_config(xnumel: int, rnumel: int, interpret: bool, outer: bool = Fa
         return rnumel <= rblock, xblock, rblock, 8 if xblock * rblock >= 1024 else 4
     if rnumel <= PERSISTENT_RNUMEL:
         # ~2048-element tiles (2 rows of 1024, 16 of 128), 8 warps; rows of 2048 in
-        # pairs with 4 warps (logsumexp 4096x2048: 10.4 us vs 14.2 looped); rows of
-        # exactly 1024 (no mask) 4 at a time with 4 warps (4096x1024: softmax 8.4 -> 7.2 us,
-        # rmsnorm 7.9 -> 7.1, layer norm + GELU 11.7 -> 10.9; torch.compile 7.1, 7.2,
-        # 10.5), where masked rows of 768 are slower so (add + layer norm > 10.2 vs 9.6 us)
+        # pairs with 4 warps (logsumexp 4096x2048: 10.4 us vs 14.2 looped)
         rblock = next_power_of_2(max(rnumel, 1))
-        pair = 4 if rnumel == 1024 else 2
-        xblock = max(1, min(next_power_of_2(xnumel), max(2048 // rblock, pair), 64))
+        xblock = max(1, min(next_power_of_2(xnumel), max(2048 // rblock, 2), 64))
         elems = xblock * rblock
         warps = 4 if elems >= 4096 else max(1, min(8, elems // 256))
         return True, xblock, rblock, warps
