@@ -87,12 +87,14 @@ def emit(s):
     print(s, flush=True)
 
 
-ln768 = torch.nn.LayerNorm(768).to(dev)
+ln768, ln1024 = torch.nn.LayerNorm(768).to(dev), torch.nn.LayerNorm(1024).to(dev)
 t = lambda *s: torch.randn(*s, device=dev)
 x768, r768, x1024, att, att2, logits, big = t(4096, 768), t(4096, 768), t(4096, 1024), t(49152, 256), t(8192, 128), t(4096, 2048), t(8192, 8192)
 inner = {
     "add_layernorm 4096x768": (lambda x, r: ln768(x + r), (x768, r768), 768),
     "rmsnorm 4096x1024": (lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), (x1024,), 1024),
+    "softmax 4096x1024": (lambda a: torch.softmax(a, -1), (x1024,), 1024),  # codegen_bench's softmax
+    "layernorm_gelu 4096x1024": (lambda x: torch.nn.functional.gelu(ln1024(x)), (x1024,), 1024),
     "softmax 49152x256": (lambda a: torch.softmax(a * 0.125, -1), (att,), 256),
     "softmax 8192x128": (lambda a: torch.softmax(a, -1), (att2,), 128),
     "logsumexp 4096x2048": (lambda l: torch.logsumexp(l, -1), (logits,), 2048),
