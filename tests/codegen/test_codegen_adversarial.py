@@ -259,3 +259,33 @@ def test_integer_division_by_minus_one_and_zero(dtype):  # (fixed) SIGFPE killed
         torchkiln.reset()
         with pytest.raises(RuntimeError, match="ZeroDivisionError"):
             torchkiln.compile(fn)(a, b * 0)
+
+
+SCALAR_OVERFLOW = {  # (fixed) eager raises "value cannot be converted to type int without overflow"; the compiled
+    # kernel wrapped the value (clamp(max=2**40) on int32 gave 0)
+    "where": lambda m, i, u: torch.where(m, 2**40, i),
+    "masked_fill": lambda m, i, u: i.masked_fill(m, 2**40),
+    "fill_": lambda m, i, u: i.clone().fill_(2**40),
+    "full_like": lambda m, i, u: torch.full_like(i, 2**40),
+    "new_full": lambda m, i, u: i.new_full((2,), 2**40),
+    "clamp": lambda m, i, u: i.clamp(max=2**40),
+    "uint8_where": lambda m, i, u: torch.where(m, u, 300),
+    "uint8_masked_fill": lambda m, i, u: u.masked_fill(m, 300),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCALAR_OVERFLOW))
+def test_scalar_out_of_range_raises(name):
+    fn = SCALAR_OVERFLOW[name]
+    args = torch.tensor([True, False]), torch.tensor([1, 2], dtype=torch.int32), torch.tensor([1, 2], dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        fn(*args)
+    torchkiln.reset()
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torchkiln.compile(fn)(*args)
+
+
+def test_scalar_in_range_still_compiles():  # the check leaves ATen's accepted conversions alone
+    check(lambda m, i, u: (torch.where(m, u, -1), u.clamp(min=-1), i.masked_fill(m, 2.5), torch.where(m, i, 2.5),
+                           i + 2**40, torch.full_like(i, -2**31)),
+          torch.tensor([True, False]), torch.tensor([1, 2], dtype=torch.int32), torch.tensor([1, 2], dtype=torch.uint8))

@@ -252,14 +252,35 @@ def floor_divide(a, b):
     return div_mode(a, b, "floor")
 
 
+def check_scalar_fits(value, dtype: torch.dtype) -> None:
+    """Refuse (eager fallback, where eager raises "value cannot be converted to type ...
+    without overflow") a Python number that ``fill``/``full``/``where``/``clamp`` would
+    convert to ``dtype`` out of its range; casting it here would wrap (``i.clamp(max=2**40)``
+    on int32 gave 0).  Unsigned types also take the negated range, as ATen's check."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or dtype == torch.bool or dtype.is_complex:
+        return
+    if dtype.is_floating_point:
+        if math.isfinite(value) and abs(value) > torch.finfo(dtype).max:
+            raise NotImplementedError(f"{value} overflows {dtype}: eager raises")
+        return
+    info = torch.iinfo(dtype)
+    lo = -info.max if info.min == 0 else info.min
+    if not (lo <= value <= info.max):  # NaN or inf compare False too
+        raise NotImplementedError(f"{value} overflows {dtype}: eager raises")
+
+
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def where(cond, a, b):
     cdt = compute_dtype(out_dtype())
+    check_scalar_fits(a, out_dtype())
+    check_scalar_fits(b, out_dtype())
     return pointwise(lambda c, x, y: Op("where", (cast(c, torch.bool), cast(x, cdt), cast(y, cdt)), cdt), cond, a, b)
 
 
 def _clamp(x, lo, hi):
     cdt = compute_dtype(out_dtype())
+    check_scalar_fits(lo, out_dtype())
+    check_scalar_fits(hi, out_dtype())
 
     def fn(v, *bounds):
         v = cast(v, cdt)
@@ -384,6 +405,7 @@ def full(*args, **kwargs):
     else:
         fill = 0
     dt = out_dtype()
+    check_scalar_fits(fill, dt)
     value = loader_for(fill)([])
     return pointwise(lambda: cast(value, dt), dtype=dt)
 
@@ -391,6 +413,7 @@ def full(*args, **kwargs):
 @register(aten.fill.Scalar, aten.fill.Tensor)
 def fill(x, value):
     dt = out_dtype()
+    check_scalar_fits(value, dt)
     return pointwise(lambda v: cast(v, dt), value)
 
 
