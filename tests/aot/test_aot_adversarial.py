@@ -319,6 +319,8 @@ def _pair(b0, b1):
 CASES = {
     "select_add": (_select_add, lambda: [R(3, 4)]),
     "two_outputs_without_grad": (_two_outputs_without_grad, lambda: [R(()), G(3)]),
+    # (fixed) the joint graph's CSE merged equal outputs: one object returned twice, or sharing memory
+    "equal_outputs_stay_apart": (lambda x: (x * 2, x * 2, (x * 2).detach(), x.sin(), x.sin().t()), lambda: [G(2, 3)]),
     "t_": (_t_, lambda: [R(3, 4)]),
     "unsqueeze_": (_unsqueeze_, lambda: [R(3, 4)]),
     "resize_shrink": (_resize_shrink, lambda: [R(3, 4)]),

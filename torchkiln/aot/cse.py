@@ -57,12 +57,32 @@ def _key(value):
     return (type(value).__name__, value)
 
 
-def cse_graph(graph: fx.Graph) -> tuple[fx.Graph, int]:
+def output_storages(outputs) -> set:
+    """The nodes whose memory the user sees: ``outputs`` and the nodes they view (through
+    ops whose result aliases their first argument: ``detach``, ``view``, ``t``...)."""
+    found, stack = set(), [o for o in outputs if isinstance(o, fx.Node)]
+    while stack:
+        n = stack.pop()
+        if n in found:
+            continue
+        found.add(n)
+        target = n.target if n.op == "call_function" else None
+        if (isinstance(target, torch._ops.OpOverload) and target._schema.returns
+                and target._schema.returns[0].alias_info is not None and n.args and isinstance(n.args[0], fx.Node)):
+            stack.append(n.args[0])
+    return found
+
+
+def cse_graph(graph: fx.Graph, keep_apart=frozenset()) -> tuple[fx.Graph, int]:
     """A copy of ``graph`` with repeated pure computations merged; returns
-    ``(new graph, number of nodes merged away)``.  Placeholders keep their names."""
+    ``(new graph, number of nodes merged away)``.  Placeholders keep their names.
+    Two nodes of ``keep_apart`` (:func:`output_storages` of the forward outputs) are
+    never merged: eager returns ``x * 2, x * 2`` (or ``y, (x * 2).detach()``) as tensors
+    of their own, and merged, writing one output in place changed the other."""
     new = fx.Graph()
     env: dict = {}
     seen: dict = {}
+    origin: dict = {}  # key -> the original node that made seen[key]
     merged = 0
     for n in graph.nodes:
         if _mergeable(n):
@@ -72,13 +92,13 @@ def cse_graph(graph: fx.Graph) -> tuple[fx.Graph, int]:
                 key = (n.target, _key(args), _key(kwargs))
             except TypeError:
                 key = None
-            if key is not None and key in seen:
+            if key is not None and key in seen and not (n in keep_apart and origin[key] in keep_apart):
                 env[n] = seen[key]
                 merged += 1
                 continue
             env[n] = new.node_copy(n, lambda a: env[a])
-            if key is not None:
-                seen[key] = env[n]
+            if key is not None and key not in seen:
+                seen[key], origin[key] = env[n], n
             continue
         env[n] = new.node_copy(n, lambda a: env[a])
     return new, merged

@@ -28,7 +28,7 @@ import sympy
 import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import resolve_unbacked_bindings
 
-from .cse import cse_graph
+from .cse import cse_graph, output_storages
 from .fakes import shape_env_of
 from .scatter_const import rewrite_scatter_of_constant
 
@@ -304,7 +304,7 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
         return default_partition(joint_gm, joint_inputs, num_fwd_outputs=num_fwd_outputs)
     rewrite_scatter_of_constant(joint_gm)
     _drop_internal_clones(joint_gm)
-    cse, merged = cse_graph(joint_gm.graph)
+    cse, merged = cse_graph(joint_gm.graph, output_storages(_outputs(joint_gm)[:num_fwd_outputs]))
     if merged:
         joint_gm = fx.GraphModule(joint_gm, cse)
     fwd_nodes, bwd_needed = _backward_uses(joint_gm, num_fwd_outputs)
