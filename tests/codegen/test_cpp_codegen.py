@@ -235,3 +235,47 @@ def test_inputs_with_other_strides_than_traced_are_read_correctly():
     compiled = compile_fx_inner(gm, [x])
     for y in (torch.randn(8, 4).t(), torch.ones(1).expand(4, 8), torch.randn(4, 16)[:, ::2]):
         torch.testing.assert_close(compiled(y)[0], y * 2 + 1)
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def test_inner_cat_mask_splits_the_vector_loop():
+    # rotate_half's cat along the innermost dim: two branch-free loops (x3 < 16, x3 >= 16)
+    # instead of one loop of masked loads, which GCC does not vectorize
+    fn = lambda x, c, s: (x * c + _rotate_half(x) * s,)  # noqa: E731
+    c = compile_and_check(fn, torch.randn(2, 3, 5, 32), torch.randn(5, 32), torch.randn(5, 32))
+    assert "= 16; x3 < 32; x3++)" in c.kernel_source
+
+
+def test_inner_split_points_from_padding_and_offsets():
+    # constant_pad_nd: mask ``x - 2 >= 0 and x - 2 < 7`` -> three stretches; and a cat of
+    # three pieces with an odd extent
+    x = torch.randn(3, 7)
+    c = compile_and_check(lambda t: (torch.nn.functional.pad(t, (2, 3), value=1.5) * 2,), x)
+    assert "= 2; x1 < 9; x1++)" in c.kernel_source
+    a, b, d = torch.randn(4, 3), torch.randn(4, 5), torch.randn(4, 1)
+    compile_and_check(lambda p, q, r: (torch.cat([p, q.exp(), r], -1) + 1,), a, b, d)
+
+
+def test_inner_segments_limits_and_comparisons():
+    from torchkiln.codegen.cpp.kernel import inner_segments, substitute
+    from torchkiln.codegen.ir import Constant, IndexValue, Masked, Op, Store
+    import sympy
+
+    x = sympy.Symbol("x3", integer=True)
+    iv = IndexValue(x, torch.int64)
+    lt = Op("lt", (iv, Constant(16, torch.int64)), torch.bool)
+    gt = Op("gt", (Constant(3, torch.int64), IndexValue(x - 5, torch.int64)), torch.bool)  # x < 8
+    body = Op("where", (lt, Constant(1.0, torch.float32), Constant(2.0, torch.float32)), torch.float32)
+    st = Store("buf0", x, Masked(gt, body, 0.0, torch.float32))
+    segs = inner_segments([st], x, 32)
+    assert [(lo, hi) for lo, hi, _ in segs] == [(0, 8), (8, 16), (16, 32)]
+    for lo, hi, known in segs:
+        assert known[lt] == Constant(hi <= 16, torch.bool) and known[gt] == Constant(hi <= 8, torch.bool)
+        out = substitute(st.value, known)
+        assert out.mask == known[gt] and out.body.args[0] == known[lt]
+    assert inner_segments([st], x, sympy.Symbol("s0", integer=True)) is None  # symbolic extent
+    assert inner_segments([st], x, 8) is None  # no cut inside the range

@@ -369,15 +369,25 @@ class CppKernel:
             body_lines, oindent = self._loop_nest(outer, ranges[:-1], "  ", pragma or None)
             more, indent = self._loop_nest(inner, ranges[-1:], oindent, "#pragma omp simd")
             pre = Scope(None, oindent)
-            scope = Scope(pre, indent, hoist=pre, loop_vars=inner)
             tables: list[str] = []
+            table = None
             if all(sympy.sympify(r).is_Integer and int(r) > 0 for r in ranges) and int(ranges[-1]) <= TABLE_MAX:
-                scope.table = (tables, set(outer), inner[0], int(ranges[-1]))
-            for loop in k.loops:
-                for st in loop.body:
-                    self._store(st, scope)
-            lines += tables + body_lines + pre.lines + more + scope.lines
-            for d in range(len(xs), 0, -1):
+                table = (tables, set(outer), inner[0], int(ranges[-1]))
+            stores = [st for loop in k.loops for st in loop.body]
+            segments = inner_segments(stores, inner[0], ranges[-1])
+            loops = []
+            for lo, hi, known in segments or [(None, None, {})]:
+                scope = Scope(pre, indent, hoist=pre, loop_vars=inner)
+                scope.table = table
+                for st in stores:
+                    self._store(dataclasses.replace(st, value=substitute(st.value, known)) if known else st, scope)
+                if lo is None:
+                    loops += more + scope.lines
+                else:  # one branch-free vector loop per stretch of the inner index
+                    loops += [f"{oindent}#pragma omp simd", f"{oindent}for (int64_t {inner[0]} = {lo}; "
+                              f"{inner[0]} < {hi}; {inner[0]}++) {{"] + scope.lines + [f"{oindent}}}"]
+            lines += tables + body_lines + pre.lines + loops
+            for d in range(len(xs) - (1 if segments else 0), 0, -1):
                 lines.append("  " * d + "}")
             lines.append("}")
             return "\n".join(lines)
@@ -826,6 +836,107 @@ def _replace(value, old, new, memo=None):
             out = Op(value.name, args, value.dtype)
     elif isinstance(value, Masked):
         out = Masked(value.mask, _replace(value.body, old, new, memo), value.other, value.dtype)
+    memo[id(value)] = out
+    return out
+
+
+_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+MAX_SEGMENTS = 4
+
+
+def _index_expr(value):
+    """An integer IR value as a sympy expression (index values, integer constants), else None."""
+    if isinstance(value, IndexValue) and not value.dtype.is_floating_point:
+        return sympy.sympify(value.expr)
+    if isinstance(value, Constant) and not isinstance(value.value, bool) and isinstance(value.value, int):
+        return sympy.Integer(value.value)
+    return None
+
+
+def _inner_comparison(value, var):
+    """``(kind, p)`` when ``value`` compares two integer index values whose difference
+    is ``+-var`` plus a constant: the comparison holds exactly for ``var < p`` (kind
+    "lt") or for ``var >= p`` ("ge"); else None."""
+    if not (isinstance(value, Op) and value.name in _FLIP and len(value.args) == 2):
+        return None
+    a, b = (_index_expr(x) for x in value.args)
+    if a is None or b is None:
+        return None
+    d = sympy.expand(a - b)  # value is ``d <op> 0``
+    name = value.name
+    if d.coeff(var) == -1:
+        d, name = -d, _FLIP[name]
+    c = sympy.expand(d - var)
+    if not c.is_Integer:
+        return None
+    c = int(c)  # var + c <op> 0
+    if name == "lt":
+        return "lt", -c
+    if name == "le":
+        return "lt", -c + 1
+    if name == "gt":
+        return "ge", -c + 1
+    return "ge", -c
+
+
+def _comparisons(value, var, out: dict, seen: set) -> None:
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    found = _inner_comparison(value, var)
+    if found is not None:
+        out[value] = found
+    elif isinstance(value, Op):
+        for a in value.args:
+            _comparisons(a, var, out, seen)
+    elif isinstance(value, Masked):
+        for a in (value.mask, value.body, value.other):
+            _comparisons(a, var, out, seen)
+
+
+def inner_segments(stores, var, extent):
+    """Stretches ``[(lo, hi, {comparison: Constant})]`` of the vector index ``var``
+    over a static ``extent`` on which every comparison of ``var`` with a constant (a
+    ``cat``'s or a padding's mask, ``rotate_half``) has one value; None when there is
+    no such comparison that changes inside the range, or too many stretches.  The
+    stores then run once per stretch with those comparisons as constants: no masked
+    load is left in the loop, which GCC would not vectorize ("control flow in loop")."""
+    if not sympy.sympify(extent).is_Integer:
+        return None
+    n = int(extent)
+    found: dict = {}
+    seen: set = set()
+    for st in stores:
+        _comparisons(st.value, var, found, seen)
+    cuts = sorted({p for _, p in found.values() if 0 < p < n})
+    if not cuts or len(cuts) >= MAX_SEGMENTS:
+        return None
+    bounds = [0] + cuts + [n]
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        known = {cmp: Constant((hi <= p) if kind == "lt" else (lo >= p), torch.bool)
+                 for cmp, (kind, p) in found.items()}
+        out.append((lo, hi, known))
+    return out
+
+
+def substitute(value, known: dict, memo=None):
+    """``value`` with each subtree in ``known`` replaced by its value there."""
+    memo = {} if memo is None else memo
+    if id(value) in memo:
+        return memo[id(value)]
+    out = known.get(value) if isinstance(value, Op) else None
+    if out is None:
+        out = value
+        if isinstance(value, Op):
+            args = tuple(substitute(a, known, memo) for a in value.args)
+            if args != value.args:
+                out = Op(value.name, args, value.dtype)
+        elif isinstance(value, Masked):
+            parts = (substitute(value.mask, known, memo), substitute(value.body, known, memo),
+                     substitute(value.other, known, memo))
+            if parts != (value.mask, value.body, value.other):
+                out = Masked(*parts, value.dtype)
     memo[id(value)] = out
     return out
 
