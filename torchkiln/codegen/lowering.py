@@ -212,6 +212,8 @@ def isfinite(x):
 def add_sub(a, b, alpha=1):
     op = current_graph().current_node.target
     name = "add" if op in (aten.add.Tensor, aten.add.Scalar) else "sub"
+    if name == "sub":
+        _refuse_bool_sub(a, b)
     cdt = compute_dtype(out_dtype())
 
     def fn(x, y):
@@ -223,8 +225,16 @@ def add_sub(a, b, alpha=1):
     return pointwise(fn, a, b)
 
 
+def _refuse_bool_sub(*args) -> None:
+    """Eager refuses ``-`` with a bool operand ("use the ``~`` or ``logical_not()``
+    operator"); the eager fallback raises its error (the kernel computed a value)."""
+    if any(isinstance(v, bool) or getattr(v, "dtype", None) == torch.bool for v in args):
+        raise NotImplementedError("sub with a bool operand: eager raises")
+
+
 @register(aten.rsub.Scalar, aten.rsub.Tensor)
 def rsub(a, b, alpha=1):
+    _refuse_bool_sub(a, b)
     cdt = compute_dtype(out_dtype())
     return pointwise(lambda x, y: Op("sub", (cast(y, cdt), Op("mul", (cast(x, cdt), cast(loader_for(alpha)([]), cdt)), cdt)), cdt), a, b)
 
