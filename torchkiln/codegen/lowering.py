@@ -914,6 +914,10 @@ def _var_mean(x, dim, correction, keepdim):
     max(n - correction, 0), accumulated in float32 for float16/bfloat16 inputs."""
     odt = out_dtype_safe()
     odt = odt[0] if isinstance(odt, tuple) else odt
+    if not odt.is_floating_point:
+        # eager refuses ("std and var only support floating point and complex dtypes"); the
+        # welford kernel in bool/int divided by zero (SIGILL from GCC's trap on b.var())
+        raise NotImplementedError(f"var/std of {odt}: eager raises")
     acc = _acc(odt)
     dims = _dims(x, dim)
     count = _numel([x.get_size()[d] for d in dims])
