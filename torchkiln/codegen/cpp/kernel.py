@@ -21,6 +21,7 @@ from ..ir import (
 )
 from ..bounds import ZERO_DIVISION
 from ..printers import cexpr
+from .cascade import WELFORD_BLOCK, blocked_nest, cascade_split, close_loops, open_loops, welford_merge
 
 CTYPES = {
     torch.float32: "float", torch.float64: "double", torch.float16: "uint16_t", torch.bfloat16: "uint16_t",
@@ -451,7 +452,6 @@ class CppKernel:
             elif rt == "welford":
                 scope.lines.append(f"{ind}{t} " + ", ".join(f"{acc}_{p}[{self.LANES}] = {{}}"
                                                             for p in ("lmean", "lm2", "tmean", "tm2")) + ";")
-                after += self._welford_combine(r, loop_counter(loop), ind)
             else:
                 vt = vtype(r.value.dtype)
                 init = ("-" if rt == "argmax" else "") + f"kiln::limits<{vt}>::infinity()"
@@ -461,80 +461,59 @@ class CppKernel:
                 scope.lines.append(f"{ind}int64_t {acc} = 0;")
                 scope.lines.append(f"{ind}bool {acc}_first = true;")
                 self.reductions[r.name] = acc
+        sums = [(r.name, "float") for r in reduces if r.reduction_type == "sum" and vtype(r.dtype) == "float"]
         if welfords and not scalar and not two_pass:
-            self._welford_lanes(loop, scope, clauses, welfords)
+            after += self._welford_lanes(loop, scope, clauses, welfords, sums)
         else:
             if two_pass:
                 self._welford_mean_pass(welfords, scope)
+                sums += [(welford_m2(r.name), "float") for r in welfords if vtype(r.dtype) == "float"]
             pragma = None if scalar else "#pragma omp simd " + " ".join(clauses)
-            sums = [] if scalar or two_pass else self._cascade_sums(reduces)
-            if sums:
-                self._cascade_loop(loop, scope, pragma, sums, after)
-            else:
-                inner = Scope(scope, ind + "  " * len(k.reduction_vars), hoist=scope, loop_vars=k.reduction_vars)
-                self._reduction_body(loop, inner, "two_pass" if two_pass else None)
-                scope.lines += self._reduction_loops(ind, pragma, inner.lines) + inner.lines
-                for d in range(len(k.reduction_vars), 0, -1):
-                    scope.lines.append(ind + "  " * (d - 1) + "}")
+            finals = self._summing_nest(scope, pragma, sums,
+                                        lambda inner: self._reduction_body(loop, inner, "two_pass" if two_pass else None))
+            self.reductions.update(finals)
         scope.lines += after
 
-    #: cascade summation: a floating-point sum over one long reduction dim runs in chunks
-    #: of CASCADE points, each summed (vectorized, CASCADE / lanes points per lane) from
-    #: zero and added into a double: a sequential float sum per lane stalls at 2**24 per
-    #: lane (2**32 expanded ones summed to 2**28) and its error grows with n, not log n.
-    CASCADE = 4096
-
-    def _cascade_sums(self, reduces) -> list:
-        """The float ``sum`` Reduces of a one-dim reduction loop longer than a chunk
-        (statically: a shorter one keeps the plain loop); [] where no cascade applies."""
-        k = self.k
-        if len(k.reduction_vars) != 1:
-            return []
-        n = sympy.sympify(k.reduction_ranges[0])
-        if n.is_Integer and int(n) <= self.CASCADE:
-            return []
-        return [r for r in reduces if r.reduction_type == "sum" and r.dtype.is_floating_point
-                and not r.dtype.is_complex]
-
-    def _cascade_loop(self, loop, scope: Scope, pragma, sums, after) -> None:
+    def _summing_nest(self, scope: Scope, pragma, sums, fill) -> dict:
+        """Emit the reduction loop nest around the statements ``fill(inner scope)`` adds,
+        ``pragma`` (``omp simd`` and its clauses) on the nest (see ``_reduction_loops``).
+        The float accumulators ``sums`` (``[(name, type)]``) are cascaded: the nest runs
+        in blocks of at most ``cascade.CASCADE`` points (``cascade.cascade_split``), each
+        accumulator reset to zero before a block and added into a double ``name_o`` after
+        it.  Returns the names holding their final values (``name_t``)."""
         k, ind = self.k, scope.indent
-        var, n = k.reduction_vars[0], cexpr(k.reduction_ranges[0])
-        c, ci = f"{var}_c", ind + "  "
-        inner = Scope(scope, ci + "  ", hoist=scope, loop_vars=k.reduction_vars)
-        self._reduction_body(loop, inner, None)  # first: its invariants hoist before the chunk loop
-        for r in sums:
-            scope.lines.append(f"{ind}double {r.name}_o = 0;")
-        scope.lines.append(f"{ind}for (int64_t {c} = 0; {c} < {n}; {c} += {self.CASCADE}) {{")
-        for r in sums:
-            scope.lines.append(f"{ci}{r.name} = 0;")
-        scope.lines.append(f"{ci}const int64_t {var}_e = ({n}) - {c} < {self.CASCADE} ? ({n}) : {c} + {self.CASCADE};")
-        scope.lines.append(f"{ci}{pragma}")
-        scope.lines.append(f"{ci}for (int64_t {var} = {c}; {var} < {var}_e; {var}++) {{")
-        scope.lines += inner.lines
-        scope.lines.append(f"{ci}}}")
-        for r in sums:
-            scope.lines.append(f"{ci}{r.name}_o += {r.name};")
-        scope.lines.append(f"{ind}}}")
-        for r in sums:
-            t = vtype(r.dtype)
-            after.insert(0, f"{ind}const {t} {r.name}_t = static_cast<{t}>({r.name}_o);")
-            self.reductions[r.name] = f"{r.name}_t"
+        split = cascade_split(k.reduction_ranges) if sums else None
+        outer, block = blocked_nest(k.reduction_vars, k.reduction_ranges, split)
+        inner = Scope(scope, ind + "  " * (len(outer) + len(block)), hoist=scope, loop_vars=k.reduction_vars)
+        fill(inner)  # first: its invariants hoist before the nest
+        if split is None:
+            scope.lines += self._reduction_loops(block, ind, pragma, inner.lines) + inner.lines
+            scope.lines += close_loops(len(block), ind)
+            return {}
+        scope.lines += [f"{ind}double {name}_o = 0;" for name, _ in sums]
+        lines, bind = open_loops(outer, ind)
+        lines += [f"{bind}{name} = 0;" for name, _ in sums]
+        lines += self._reduction_loops(block, bind, pragma, inner.lines) + inner.lines + close_loops(len(block), bind)
+        lines += [f"{bind}{name}_o += {name};" for name, _ in sums]
+        scope.lines += lines + close_loops(len(outer), ind)
+        scope.lines += [f"{ind}const {t} {name}_t = static_cast<{t}>({name}_o);" for name, t in sums]
+        return {name: f"{name}_t" for name, _ in sums}
 
-    def _reduction_loops(self, indent: str, pragma, body: list[str]) -> list[str]:
-        """The opening lines of the reduction loop nest around ``body``, with ``pragma``
-        (``omp simd`` and its reduction clauses) on the whole nest as ``collapse(n)``,
-        or on the innermost loop alone when the body selects (``?:``) or computes a
-        bool: GCC vectorizes such a collapsed nest very badly (batch_norm backward's sum
-        of ``relu``-masked gradients over N, H, W: 2.7 ms collapsed, 0.2 ms innermost;
-        a plain sum: 0.06 ms collapsed, 0.2 ms innermost, one horizontal add per row)."""
-        k = self.k
-        n = len(k.reduction_vars)
+    def _reduction_loops(self, heads, indent: str, pragma, body: list[str]) -> list[str]:
+        """The opening lines of the loop nest ``heads`` (``cascade.open_loops``) around
+        ``body``, with ``pragma`` (``omp simd`` and its reduction clauses) on the whole nest
+        as ``collapse(n)``, or on the innermost loop alone when the body selects (``?:``)
+        or computes a bool: GCC vectorizes such a collapsed nest very badly (batch_norm
+        backward's sum of ``relu``-masked gradients over N, H, W: 2.7 ms collapsed, 0.2 ms
+        innermost; a plain sum: 0.06 ms collapsed, 0.2 ms innermost, one horizontal add
+        per row)."""
+        n = len(heads)
         if pragma is None or n == 1 or not any(" ? " in line or line.lstrip().startswith("bool ") for line in body):
             if pragma is not None and n > 1:
                 pragma += f" collapse({n})"
-            return self._loop_nest(k.reduction_vars, k.reduction_ranges, indent, pragma)[0]
-        outer, indent = self._loop_nest(k.reduction_vars[:-1], k.reduction_ranges[:-1], indent)
-        return outer + self._loop_nest(k.reduction_vars[-1:], k.reduction_ranges[-1:], indent, pragma)[0]
+            return open_loops(heads, indent, pragma)[0]
+        outer, indent = open_loops(heads[:-1], indent)
+        return outer + open_loops(heads[-1:], indent, pragma)[0]
 
     def _short_inner_rows(self) -> bool:
         """Several reduction dims, the innermost shorter than the widest lane group (a
@@ -548,20 +527,22 @@ class CppKernel:
         return bool(inner.is_number and int(inner) < 64)
 
     def _welford_mean_pass(self, welfords, scope: Scope) -> None:
-        """The first pass of a two-pass welford: ``name_mean`` = sum(value) / n."""
+        """The first pass of a two-pass welford: ``name_mean`` = sum(value) / n (the sum
+        cascaded as any float sum)."""
         k, ind = self.k, scope.indent
-        sums = " ".join(f"reduction(+:{r.name}_sum)" for r in welfords)
-        inner = Scope(scope, ind + "  " * len(k.reduction_vars), hoist=scope, loop_vars=k.reduction_vars)
-        for r in welfords:
-            inner.lines.append(f"{inner.indent}{r.name}_sum += {self.emit(r.value, inner)};")
-        scope.lines += self._reduction_loops(ind, f"#pragma omp simd {sums}", inner.lines) + inner.lines
-        for d in range(len(k.reduction_vars), 0, -1):
-            scope.lines.append(ind + "  " * (d - 1) + "}")
+        clauses = " ".join(f"reduction(+:{r.name}_sum)" for r in welfords)
+
+        def fill(inner):
+            for r in welfords:
+                inner.lines.append(f"{inner.indent}{r.name}_sum += {self.emit(r.value, inner)};")
+
+        finals = self._summing_nest(scope, f"#pragma omp simd {clauses}",
+                                    [(f"{r.name}_sum", "float") for r in welfords if vtype(r.dtype) == "float"], fill)
         n = cexpr(k.reduction_numel)
         for r in welfords:
-            t = vtype(r.dtype)
+            t, total = vtype(r.dtype), finals.get(f"{r.name}_sum", f"{r.name}_sum")
             scope.lines.append(f"{ind}const {t} {welford_mean(r.name)} = ({n}) > 0 ? "
-                               f"{r.name}_sum / static_cast<{t}>({n}) : static_cast<{t}>(0);")
+                               f"{total} / static_cast<{t}>({n}) : static_cast<{t}>(0);")
 
     #: Welford lanes: the innermost reduction index runs in chunks of LANES points, one
     #: per lane, so every lane has seen the same count and ``1/count`` is one scalar per
@@ -570,17 +551,36 @@ class CppKernel:
     #: source does not depend on the host (see ``_LANES_DEFINE``).
     LANES = "KILN_WELFORD_LANES"
 
-    def _welford_lanes(self, loop, scope: Scope, clauses, welfords) -> None:
+    def _welford_lanes(self, loop, scope: Scope, clauses, welfords, sums) -> list[str]:
         """A reduction loop with ``welford`` Reduces, vectorized: the outer reduction dims
         run plainly; the innermost in chunks of :attr:`LANES` under ``omp simd`` (per-lane
         Welford state in arrays ``_lmean``/``_lm2``, other reductions as ``omp simd
         reduction`` clauses), then its ``n % LANES`` last points as tail lanes (arrays
-        ``_tmean``/``_tm2``, also one count for all); ``_welford_combine`` merges them
-        after the loop."""
+        ``_tmean``/``_tm2``, also one count for all).  Returns the lines (for after the
+        loop) that merge them (``_welford_combine``).
+
+        Blocked (float states, a reduction not statically at most ``CASCADE`` points): once
+        a group's lanes have seen ``WELFORD_BLOCK / LANES`` points each, they merge into
+        per-lane double states (``_dlmean``... ``cascade.welford_merge``) and restart from
+        zero, and the float ``sums`` of the loop are added into doubles then (a float
+        lane's mean and M2 drift with its count as a float sum does)."""
         k = self.k
         ind = scope.indent
         counter = loop_counter(loop)
+        blocked = cascade_split(k.reduction_ranges) is not None and all(vtype(r.dtype) == "float" for r in welfords)
         scope.lines.append(f"{ind}int64_t {counter}_l = 0, {counter}_t = 0;")
+        merges = {}
+        if blocked:
+            scope.lines.append(f"{ind}double {counter}_dl = 0, {counter}_dt = 0;")
+            for r in welfords:
+                scope.lines.append(f"{ind}double " + ", ".join(f"{r.name}_d{p}[{self.LANES}] = {{}}"
+                                                               for p in ("lmean", "lm2", "tmean", "tm2")) + ";")
+            scope.lines += [f"{ind}double {name}_o = 0;" for name, _ in sums]
+            for part in ("l", "t"):
+                pairs = [(f"{r.name}_{part}mean", f"{r.name}_{part}m2", f"{r.name}_d{part}mean", f"{r.name}_d{part}m2")
+                         for r in welfords]
+                merges[part] = lambda indent, pairs=pairs, part=part: welford_merge(
+                    pairs, f"{counter}_{part}", f"{counter}_d{part}", self.LANES, indent)
         outer_lines, indent = self._loop_nest(k.reduction_vars[:-1], k.reduction_ranges[:-1], ind)
         last, n = k.reduction_vars[-1], cexpr(k.reduction_ranges[-1])
         lines = list(outer_lines)
@@ -605,26 +605,47 @@ class CppKernel:
                 body = Scope(scope, indent + "    ", hoist=scope, loop_vars=k.reduction_vars)
             self._reduction_body(loop, body, (part, lane, f"{counter}_{part}_inv_"))
             lines += body.lines
-            lines += [f"{indent}  }}", f"{indent}}}"]
+            lines.append(f"{indent}  }}")
+            if blocked:
+                lines.append(f"{indent}  if ({counter}_{part} == {WELFORD_BLOCK} / {self.LANES}) {{")
+                lines += merges[part](indent + "    ")
+                if part == "l":
+                    lines += [f"{indent}    {name}_o += {name}; {name} = 0;" for name, _ in sums]
+                lines.append(f"{indent}  }}")
+            lines.append(f"{indent}}}")
         for d in range(len(k.reduction_vars) - 1, 0, -1):
             lines.append(ind + "  " * (d - 1) + "}")
         scope.lines += lines
+        after = []
+        if blocked:
+            for part in ("l", "t"):
+                after += [f"{ind}if ({counter}_{part} > 0)"] + merges[part](ind + "  ")
+            after += [f"{ind}const float {name}_t = static_cast<float>({name}_o + {name});" for name, _ in sums]
+            self.reductions.update({name: f"{name}_t" for name, _ in sums})
+        for r in welfords:
+            after += self._welford_combine(r, counter, ind, blocked)
+        return after
 
-    def _welford_combine(self, r: Reduce, counter: str, ind: str) -> list[str]:
+    def _welford_combine(self, r: Reduce, counter: str, ind: str, blocked: bool) -> list[str]:
         """Lines merging the Welford lanes of a ``welford`` Reduce into its mean and M2.
 
         The lanes of one group (main lanes, tail lanes) share a count ``c``, so a group
         merges in closed form (mean of the lane means; M2 = sum of lane M2s + c * sum of
         squared deviations of the lane means), vectorized; the two groups then merge
-        with Chan et al.'s pairwise formula."""
-        a, t = r.name, vtype(r.dtype)
+        with Chan et al.'s pairwise formula.  ``blocked``: the lanes are the double
+        states (``_dlmean``...), merged in double, the results rounded to float."""
+        a = r.name
         mean, m2 = welford_mean(a), welford_m2(a)
         self.reductions[mean], self.reductions[m2] = mean, m2
+        t, d, out_mean, out_m2 = vtype(r.dtype), "", mean, m2
+        if blocked:
+            t, d, out_mean, out_m2 = "double", "d", f"{mean}_d", f"{m2}_d"
         tail = f"({cexpr(self.k.reduction_ranges[-1])}) % {self.LANES}"
-        out = [f"{ind}{t} {mean} = 0, {m2} = 0, {a}_w = 0;"]
+        out = [f"{ind}{t} {out_mean} = 0, {out_m2} = 0, {a}_w = 0;"]
         for part, lanes in (("l", str(self.LANES)), ("t", tail)):
-            c, lm, l2 = f"static_cast<{t}>({counter}_{part})", f"{a}_{part}mean", f"{a}_{part}m2"
-            out += [f"{ind}if ({counter}_{part} > 0) {{",
+            count = f"{counter}_{d}{part}"
+            c, lm, l2 = f"static_cast<{t}>({count})", f"{a}_{d}{part}mean", f"{a}_{d}{part}m2"
+            out += [f"{ind}if ({count} > 0) {{",
                     f"{ind}  const int64_t k = {lanes};",
                     f"{ind}  {t} s = 0, g2 = 0;",
                     f"{ind}  #pragma omp simd reduction(+:s)",
@@ -632,9 +653,11 @@ class CppKernel:
                     f"{ind}  const {t} g = s / static_cast<{t}>(k);",
                     f"{ind}  #pragma omp simd reduction(+:g2)",
                     f"{ind}  for (int64_t l = 0; l < k; l++) g2 += {l2}[l] + {c} * ({lm}[l] - g) * ({lm}[l] - g);",
-                    f"{ind}  const {t} gw = {c} * static_cast<{t}>(k), w = {a}_w + gw, d = g - {mean}, f = gw / w;",
-                    f"{ind}  {mean} += d * f; {m2} += g2 + d * d * {a}_w * f; {a}_w = w;",
+                    f"{ind}  const {t} gw = {c} * static_cast<{t}>(k), w = {a}_w + gw, d = g - {out_mean}, f = gw / w;",
+                    f"{ind}  {out_mean} += d * f; {out_m2} += g2 + d * d * {a}_w * f; {a}_w = w;",
                     f"{ind}}}"]
+        if blocked:
+            out.append(f"{ind}const float {mean} = static_cast<float>({out_mean}), {m2} = static_cast<float>({out_m2});")
         return out
 
     def _reduction_body(self, loop, inner: Scope, lanes=None) -> None:
@@ -721,8 +744,22 @@ class CppKernel:
                                                    f": {r.name}{lane})")
                     lines.append(f"{indent}{vt} {r.name}[{self.TILE}];")
                     lines.append(f"{indent}for (int i = 0; i < {self.TILE}; i++) {r.name}[i] = {init};")
-                rlines, rindent = self._loop_nest(k.reduction_vars, k.reduction_ranges, indent)
-                lines += rlines
+                sums = [r for r in loop.body if r.reduction_type == "sum" and vtype(r.dtype) == "float"]
+                wels = [r for r in loop.body if r.reduction_type == "welford" and vtype(r.dtype) == "float"]
+                split = cascade_split(k.reduction_ranges) if sums or wels else None
+                if split is not None:  # cascaded: every block of rows is added into double arrays
+                    for r in sums:
+                        lines.append(f"{indent}double {r.name}_d[{self.TILE}] = {{}};")
+                        self.reductions[r.name] = f"static_cast<float>({r.name}_d{lane})"
+                    for r in wels:
+                        lines.append(f"{indent}double {welford_mean(r.name)}_d[{self.TILE}] = {{}}, "
+                                     f"{welford_m2(r.name)}_d[{self.TILE}] = {{}}, {r.name}_dn = 0;")
+                        for part in (welford_mean(r.name), welford_m2(r.name)):
+                            self.reductions[part] = f"static_cast<float>({part}_d{lane})"
+                outer, block = blocked_nest(k.reduction_vars, k.reduction_ranges, split)
+                olines, bindent = open_loops(outer, indent)
+                rlines, rindent = open_loops(block, bindent)
+                lines += olines + rlines
                 for r in loop.body:
                     if r.reduction_type == "welford":
                         t = vtype(r.dtype)
@@ -749,8 +786,17 @@ class CppKernel:
                         scope.lines.append(f"{scope.indent}{acc} = {acc} {op} {v};")
                 lines += scope.lines
                 lines.append(f"{rindent}}}")
-                for d in range(len(k.reduction_vars), 0, -1):
-                    lines.append(indent + "  " * (d - 1) + "}")
+                lines += close_loops(len(block), bindent)
+                if split is not None:
+                    for r in sums:
+                        lines += [f"{bindent}#pragma omp simd",
+                                  f"{bindent}for (int i = 0; i < {self.TILE}; i++) {{ {r.name}_d[i] += {r.name}[i]; "
+                                  f"{r.name}[i] = 0; }}"]
+                    for r in wels:
+                        mean, m2 = welford_mean(r.name), welford_m2(r.name)
+                        lines += welford_merge([(mean, m2, f"{mean}_d", f"{m2}_d")], f"{r.name}_n", f"{r.name}_dn",
+                                               str(self.TILE), bindent)
+                lines += close_loops(len(outer), indent)
             else:
                 lines.append(f"{indent}for (int64_t {last} = xb; {last} < xe; {last}++) {{")
                 scope = Scope(None, indent + "  ")
