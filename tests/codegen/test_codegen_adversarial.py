@@ -297,3 +297,17 @@ def test_scalar_in_range_still_compiles():  # the check leaves ATen's accepted c
     check(lambda m, i, u: (torch.where(m, u, -1), u.clamp(min=-1), i.masked_fill(m, 2.5), torch.where(m, i, 2.5),
                            i + 2**40, torch.full_like(i, -2**31)),
           torch.tensor([True, False]), torch.tensor([1, 2], dtype=torch.int32), torch.tensor([1, 2], dtype=torch.uint8))
+
+
+def test_max_over_a_size_zero_dim_after_a_dynamic_compile_raises():  # (fixed) gave -inf and index 0
+    def f(x):
+        return x.max(0)
+
+    torchkiln.reset()
+    g = torchkiln.compile(f)
+    for n in (3, 4):  # the second size makes the first dim dynamic; 0 compiles a graph of its own
+        check(f, torch.randn(n, 2))
+        g(torch.randn(n, 2))
+    for fn, x in ((g, torch.randn(0, 2)), (torchkiln.compile(lambda x: x.argmin(1)), torch.randn(2, 0))):
+        with pytest.raises(IndexError):
+            fn(x)

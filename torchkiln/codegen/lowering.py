@@ -869,7 +869,15 @@ def argmax(x, dim=None, keepdim=False):
         if keepdim:
             return TensorBox(View(red, out_size(), lambda idx: []))
         return red
+    _refuse_empty_extreme(x, _dims(x, dim))
     return make_reduction(x, _dims(x, dim), keepdim, rtype, torch.int64, torch.int64, lambda v: cast(v, cdt))
+
+
+def _refuse_empty_extreme(x, dims) -> None:
+    """max/min/argmax/argmin over a dimension of size 0 have no identity: eager raises
+    (IndexError), so the graph falls back to eager (the kernel returned -inf and index 0)."""
+    if any(sympy.sympify(x.get_size()[d]) == 0 for d in dims):
+        raise NotImplementedError("max/min over a dimension of size 0: eager raises")
 
 
 @register(aten.max.dim, aten.min.dim)
@@ -877,6 +885,7 @@ def max_dim(x, dim, keepdim=False):
     is_max = current_graph().current_node.target == aten.max.dim
     cdt = compute_dtype(x.dtype)
     dims = _dims(x, dim)
+    _refuse_empty_extreme(x, dims)
     values = make_reduction(x, dims, keepdim, "max" if is_max else "min", x.dtype, cdt, lambda v: cast(v, cdt))
     indices = make_reduction(x, dims, keepdim, "argmax" if is_max else "argmin", torch.int64, torch.int64,
                              lambda v: cast(v, cdt))
