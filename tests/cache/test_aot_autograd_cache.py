@@ -6,6 +6,8 @@ across the reset: the seed's counts accumulate); deleting PyCodeCache modules â†
 dropping the store's in-memory layer (a new process has none).  Every counter value
 is the seed's except in ``test_autograd_lazy_backward``, which says why.
 """
+import warnings
+
 import pytest
 import torch
 
@@ -365,3 +367,20 @@ def test_normal_torch_function():
         return w
 
     gen_cache_key(fn, default_config())
+
+
+@functorch_config.patch({"enable_autograd_cache": True})
+def test_output_view_replayed_from_view_metas_bypasses():
+    # not in the seed: an output view that the runtime regenerates through functionalization's
+    # view metas (``x.expand(...)[..., -1]``) has no plain-data form; saving it raised
+    # TypeError and the whole graph ran eagerly with a warning
+    def fn(x):
+        return x.expand(2, -1, -1)[..., -1], x[:, -1]
+
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = torchkiln.compile(fn, backend="inductor")(x)
+    assert_same(fn(x), res)
+    assert counters["aot_autograd"]["autograd_cache_bypass"] == 1
+    assert counters["aot_autograd"]["autograd_cache_saved"] == 0

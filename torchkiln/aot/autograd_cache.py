@@ -297,9 +297,11 @@ def _fake_load(d):
 def meta_to_json(meta: ViewAndMutationMeta) -> dict:
     """The runtime metadata as JSON.  Layouts are kept where ``runtime.finish_call``
     reads them (mutated inputs, outputs regenerated as views); elsewhere a symbolic
-    one is dropped."""
+    one is dropped.  Raises BypassAOTAutogradCache for what has no plain-data form."""
     outputs = []
     for o in meta.outputs:
+        if o.view_metas is not None:  # functionalization's C++ ViewMeta objects: no plain-data form
+            raise BypassAOTAutogradCache("an output view is replayed from its base through view metas")
         d = dataclasses.asdict(dataclasses.replace(o, fake=None))
         d["fake"] = _fake_desc(o.fake, o.kind != "plain") if o.is_tensor else None
         outputs.append(d)
