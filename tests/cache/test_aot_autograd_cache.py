@@ -382,5 +382,8 @@ def test_output_view_replayed_from_view_metas_bypasses():
         warnings.simplefilter("error")
         res = torchkiln.compile(fn, backend="inductor")(x)
     assert_same(fn(x), res)
-    assert counters["aot_autograd"]["autograd_cache_bypass"] == 1
-    assert counters["aot_autograd"]["autograd_cache_saved"] == 0
+    # torch versions without functionalization's view-meta sequences regenerate the view
+    # from sizes and strides, and the entry is saved
+    replays = hasattr(torch._C._functionalization, "get_view_meta_sequence")
+    assert counters["aot_autograd"]["autograd_cache_bypass"] == int(replays)
+    assert counters["aot_autograd"]["autograd_cache_saved"] == int(not replays)
