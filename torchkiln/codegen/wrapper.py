@@ -258,6 +258,12 @@ class WrapperCodegen:
                 stride = self.shape(buf.layout.stride)
                 if name in mutated:
                     body.append(f"assert {name}.stride() == {stride} or {name}.numel() <= 1, 'unexpected strides'")
+                elif _static_contiguous(buf.layout):
+                    # restride keeps a tensor whose strides differ only where a dim has
+                    # size 1 (or that is empty): exactly what is_contiguous() accepts;
+                    # one bool instead of a strides tuple made and compared (~0.3 us)
+                    body.append(f"if not {name}.is_contiguous(): "
+                                f"{name} = restride({name}, {self.shape(buf.layout.size)}, {stride})")
                 else:
                     body.append(f"if {name}.stride() != {stride}: "
                                 f"{name} = restride({name}, {self.shape(buf.layout.size)}, {stride})")
@@ -537,6 +543,14 @@ def _reshape_of(v: ReinterpretView):
             or sympy.expand(sympy.Mul(*lay.size) - sympy.Mul(*blay.size)) != 0):
         return None
     return tuple(lay.size)
+
+
+def _static_contiguous(layout) -> bool:
+    """Whether ``layout`` has integer sizes and the row-major strides of them."""
+    size, stride = list(layout.size), list(layout.stride)
+    if not all(isinstance(x, int) or getattr(x, "is_Integer", False) for x in size + stride):
+        return False
+    return [int(x) for x in stride] == [int(x) for x in contiguous_strides(size)]
 
 
 def _permutation(bsize, bstride, size, stride):

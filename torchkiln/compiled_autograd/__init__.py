@@ -60,22 +60,28 @@ class enable:
             _warn_once(reason)
             return
         verbose = logs.verbose_enabled()  # snapshot, as torch's: turning it on inside has no effect
-        prior = protocol.set_compiler(functools.partial(_capture_class(), self.compiler_fn, verbose), self.dynamic)
+        capture = _AutogradCapture or _capture_class()
+        prior = protocol.set_compiler(functools.partial(capture, self.compiler_fn, verbose), self.dynamic)
         if verbose:
             protocol.set_verbose_logger(logs.ENGINE_LOGGER)
         state.enabled_depth += 1
-        self._prior = (prior, verbose, torch._C._is_multithreading_enabled())
-        torch._C._set_multithreading_enabled(False)
+        self._prior = (prior, verbose, _is_multithreading_enabled())
+        _set_multithreading_enabled(False)
 
     def __exit__(self, *exc) -> None:
         if self._prior is None:
             return
         (prior, verbose, multithreading), self._prior = self._prior, None
-        torch._C._set_multithreading_enabled(multithreading)
+        _set_multithreading_enabled(multithreading)
         state.enabled_depth -= 1
         if verbose:
             protocol.set_verbose_logger(None)
         protocol.set_compiler(*prior)
+
+
+# bound once: entered around every training step's backward
+_is_multithreading_enabled = torch._C._is_multithreading_enabled
+_set_multithreading_enabled = torch._C._set_multithreading_enabled
 
 
 def _capture_class():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ..utils.logging import artifact_enabled, get_artifact_logger
+from ..utils.logging import _enabled, artifact_enabled, get_artifact_logger
 
 graph_log = get_artifact_logger("compiled_autograd")
 verbose_log = get_artifact_logger("compiled_autograd_verbose")
@@ -50,7 +50,11 @@ def verbose(msg: str, *args) -> None:
 
 
 def verbose_enabled() -> bool:
-    return artifact_enabled("compiled_autograd_verbose")
+    """``artifact_enabled("compiled_autograd_verbose")`` without its lookups: asked at
+    every ``enable`` (every training step's backward).  ``verbose_log`` is that artifact's
+    logger (``logging`` keeps one object per name) and ``_enabled`` the set that
+    ``set_logs`` updates in place."""
+    return "compiled_autograd_verbose" in _enabled or verbose_log.isEnabledFor(10)
 
 
 class EngineLogger:

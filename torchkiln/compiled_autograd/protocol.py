@@ -104,8 +104,14 @@ def _unverified_reason() -> str | None:
 
 
 def set_compiler(factory, dynamic: bool):
-    """Install ``factory`` (or ``None``); returns the prior ``(factory, dynamic)``."""
-    return engine().set_autograd_compiler(factory, dynamic)
+    """Install ``factory`` (or ``None``); returns the prior ``(factory, dynamic)``.  The
+    first call rebinds ``set_compiler`` to the engine's C function itself: a training
+    step calls it four times (``enable`` in and out, the engine compiler off and back
+    on around the compiled graph), each through two module lookups and a Python frame
+    otherwise (only called where the engine has it: a verified protocol)."""
+    global set_compiler
+    set_compiler = engine().set_autograd_compiler
+    return set_compiler(factory, dynamic)
 
 
 def set_verbose_logger(logger) -> None:
