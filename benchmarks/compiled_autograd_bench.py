@@ -31,7 +31,12 @@ out of reach there).
 
 ``--instructions``: instead of times, instructions retired per step (eager / torchkiln /
 torchkiln + CA, valgrind's callgrind; needs ``valgrind`` and its headers): deterministic,
-so a change of a few percent shows on a loaded machine where times swing 2x.  Under
+so a change of a few percent shows on a loaded machine where times swing 2x.
+``--instructions --parts`` adds where the torchkiln + CA step's instructions go (K per
+step): zero_grad, forward (compiled forward and loss), backward (``loss.backward()``:
+the engine's key walk and lifting, then ca_call), ca_call (``CompiledBackward``),
+ca_run (the compiled graph: capture's guard and the generated code), ca_accumulate
+(the ``.grad`` stores).  Under
 valgrind (no AVX-512) ATen runs its AVX2 kernels and the generated C++ is built without
 ``-march=native``: compare instruction counts with each other, not with times.
 """
@@ -206,12 +211,62 @@ _CALLGRIND_HELPER = r"""
 #include <valgrind/callgrind.h>
 void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
 void cg_stop(const char* name) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS_AT(name); }
+void cg_on(void) { CALLGRIND_START_INSTRUMENTATION; }
+void cg_off(void) { CALLGRIND_STOP_INSTRUMENTATION; }
 """
 
+# --instructions --parts: the torchkiln + CA step's regions, each counted alone over the
+# same steps (instrumentation on only inside it): label -> (owner, attribute) patched
+_PARTS = {"backward": None,  # loss.backward(): the engine's key walk and lifting + ca_call
+          "ca_call": ("runtime.CompiledBackward", "__call__"),  # the wrapper the engine calls
+          "ca_run": ("runtime.CompiledBackward", "_run"),  # the compiled graph: its guard + generated code
+          "ca_accumulate": ("runtime.CompiledBackward", "_accumulate")}  # the .grad stores
 
-def instructions_worker(name: str, steps: int, helper: str) -> None:
+
+def _parts(cg, w, compiled, ca, steps: int) -> None:
+    """One dump per region of ``_PARTS`` plus ``forward`` (the compiled forward and the loss)
+    and ``zero_grad``, named ``part:<label>``."""
+    from torchkiln.compiled_autograd import runtime
+
+    on = [None]
+
+    def region(label, fn):
+        def counted(*args, **kwargs):
+            if on[0] != label:
+                return fn(*args, **kwargs)
+            cg.cg_on()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                cg.cg_off()
+        return counted
+
+    for label, where in _PARTS.items():
+        if where is not None:
+            owner = runtime.CompiledBackward
+            setattr(owner, where[1], region(label, getattr(owner, where[1])))
+    zero = region("zero_grad", lambda: w.model.zero_grad(set_to_none=True))
+    forward = region("forward", lambda: w.loss_fn(compiled(*w.args, **w.kwargs)))
+
+    def run_backward(loss):
+        with ca():
+            loss.backward()
+
+    backward = region("backward", run_backward)
+    for label in ("zero_grad", "forward", *_PARTS):
+        on[0] = label
+        cg.cg_start()
+        cg.cg_off()
+        for _ in range(steps):
+            zero()
+            backward(forward())
+        cg.cg_stop(f"part:{label}".encode())
+
+
+def instructions_worker(name: str, steps: int, helper: str, parts: bool = False) -> None:
     """Runs under callgrind: each variant's ``steps`` steps between the helper's
-    start/stop client requests (one dump per variant)."""
+    start/stop client requests (one dump per variant); ``parts``: then the regions of the
+    torchkiln + CA step (:func:`_parts`)."""
     import contextlib
     import ctypes
     import functools
@@ -228,7 +283,7 @@ def instructions_worker(name: str, steps: int, helper: str) -> None:
                            torchkiln.compiled_autograd.compiler_fn_for_backend("inductor"))
     variants = {"eager": step_fn(w0, w0.model, w0.model, contextlib.nullcontext),
                 "kiln": step_fn(w1, w1.model, torchkiln.compile(w1.model), contextlib.nullcontext),
-                "kiln_ca": step_fn(w2, w2.model, torchkiln.compile(w2.model), ca)}
+                "kiln_ca": step_fn(w2, w2.model, compiled := torchkiln.compile(w2.model), ca)}
     for fn in variants.values():
         for _ in range(3):
             fn()
@@ -237,10 +292,13 @@ def instructions_worker(name: str, steps: int, helper: str) -> None:
         for _ in range(steps):
             fn()
         cg.cg_stop(label.encode())
+    if parts:
+        _parts(cg, w2, compiled, ca, steps)
 
 
-def instructions(names: list[str], steps: int) -> None:
-    """Instructions per step under callgrind, per model (see the module docstring)."""
+def instructions(names: list[str], steps: int, parts: bool = False) -> None:
+    """Instructions per step under callgrind, per model (see the module docstring);
+    ``parts``: then where the torchkiln + CA step's go (K per step, :func:`_parts`)."""
     out = tempfile.mkdtemp(prefix="ca_bench_cg_")
     try:
         helper = os.path.join(out, "cg.so")
@@ -254,7 +312,8 @@ def instructions(names: list[str], steps: int) -> None:
                        ATEN_CPU_CAPABILITY="avx2", MKL_ENABLE_INSTRUCTIONS="AVX2")
             prefix = os.path.join(out, f"cg_{name}")
             subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={prefix}.%p",
-                            sys.executable, __file__, "--instructions-worker", name, str(steps), helper],
+                            sys.executable, __file__, "--instructions-worker", name, str(steps), helper,
+                            *(["--parts"] if parts else [])],
                            env=env, capture_output=True, check=True)
             totals = {}
             for fname in os.listdir(out):
@@ -271,6 +330,9 @@ def instructions(names: list[str], steps: int) -> None:
                     totals[label] = total / steps / 1e6
             e, k, c = totals["eager"], totals["kiln"], totals["kiln_ca"]
             print(f"{name:12} {e:9.3f} {k:8.3f} {c:10.3f}   (kiln {e / k:.2f}x, kiln+CA {e / c:.2f}x)")
+            if parts:
+                print("    kiln+CA K/step: " + ", ".join(f"{label[5:]} {1e3 * v:.0f}" for label, v in totals.items()
+                                                        if label.startswith("part:")))
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -284,6 +346,9 @@ def main() -> None:
     ap.add_argument("--instructions", action="store_true", help="instructions per step under callgrind")
     ap.add_argument("--gemm-floor", action="store_true",
                     help="eager's step vs its GEMM calls alone: the best speedup a compiler calling the same BLAS reaches")
+    ap.add_argument("--parts", action="store_true",
+                    help="with --instructions: also the torchkiln + CA step's regions (zero_grad, forward, backward, "
+                         "ca_call = CompiledBackward, ca_run = its graph with the guard, ca_accumulate)")
     ap.add_argument("--instructions-worker", nargs=3, metavar=("MODEL", "STEPS", "HELPER"))
     args = ap.parse_args()
     if args.gemm_floor:
@@ -297,11 +362,11 @@ def main() -> None:
         return
     if args.instructions_worker:
         name, steps, helper = args.instructions_worker
-        instructions_worker(name, int(steps), helper)
+        instructions_worker(name, int(steps), helper, args.parts)
         return
     if args.instructions:  # ~50x slower than native: the default is hooked_small (~2 min on a quiet machine)
         default = ap.get_default("models")
-        instructions(["hooked_small"] if args.models == default else args.models.split(","), 10)
+        instructions(["hooked_small"] if args.models == default else args.models.split(","), 10, args.parts)
         return
     if args.worker:
         kind, name = args.worker
