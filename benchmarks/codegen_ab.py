@@ -2,8 +2,8 @@
 
 One worker process per tree (``PYTHONPATH=<tree>``) compiles every workload with its
 torchkiln; the parent then asks them for timed rounds in turn (A, B, A, B...), so that
-load from other processes hits both alike, and prints per workload the median time per
-call of each, the ratio B/A and the ratio of their fastest rounds.
+load from other processes hits both alike, and prints per workload the median thread
+(CPU) time per call of each, the ratio B/A and the ratio of their fastest rounds.
 
     python benchmarks/codegen_ab.py --a /work/main --b . [--only softmax] [--rounds 15]
 
@@ -73,10 +73,10 @@ def worker(only) -> None:
     for line in sys.stdin:
         key, calls = line.split()
         compiled, x, backward = fns[key]
-        t0 = time.perf_counter()
+        t0 = time.thread_time()  # CPU time of this thread: steadier than wall time on a loaded machine
         for _ in range(int(calls)):
             codegen_bench._step(compiled, x, backward)
-        print((time.perf_counter() - t0) / int(calls), flush=True)
+        print((time.thread_time() - t0) / int(calls), flush=True)
 
 
 def main(argv=None) -> None:

@@ -590,28 +590,39 @@ class CppKernel:
                 ("l", f"for (int64_t {last}_b = 0; {last}_b < {last}_end; {last}_b += {self.LANES}) {{",
                  f"{last}_l"),
                 ("t", f"if ({last}_end < {n}) {{", f"{last} - {last}_end")):
-            lines.append(indent + head)
-            lines.append(f"{indent}  {counter}_{part}++;")
+            pind, segment = indent, blocked and part == "l"
+            if segment:  # blocks of WELFORD_BLOCK points: the merge outside the lane-chunk loop
+                lines += [f"{indent}for (int64_t {last}_s = 0; {last}_s < {last}_end; {last}_s += {WELFORD_BLOCK}) {{",
+                          f"{indent}  const int64_t {last}_se = {last}_end - {last}_s < {WELFORD_BLOCK} ? {last}_end : "
+                          f"{last}_s + {WELFORD_BLOCK};"]
+                head = head.replace(f"{last}_b = 0; {last}_b < {last}_end", f"{last}_b = {last}_s; {last}_b < {last}_se")
+                pind = indent + "  "
+            lines.append(pind + head)
+            lines.append(f"{pind}  {counter}_{part}++;")
             for t in types:
-                lines.append(f"{indent}  const {t} {counter}_{part}_inv_{t} = static_cast<{t}>(1) / "
+                lines.append(f"{pind}  const {t} {counter}_{part}_inv_{t} = static_cast<{t}>(1) / "
                              f"static_cast<{t}>({counter}_{part});")
-            lines.append(f"{indent}  #pragma omp simd {' '.join(clauses)}")
+            lines.append(f"{pind}  #pragma omp simd {' '.join(clauses)}")
             if part == "l":
-                lines.append(f"{indent}  for (int64_t {lane} = 0; {lane} < {self.LANES}; {lane}++) {{")
-                body = Scope(scope, indent + "    ", hoist=scope, loop_vars=k.reduction_vars)
+                lines.append(f"{pind}  for (int64_t {lane} = 0; {lane} < {self.LANES}; {lane}++) {{")
+                body = Scope(scope, pind + "    ", hoist=scope, loop_vars=k.reduction_vars)
                 body.lines.append(f"{body.indent}const int64_t {last} = {last}_b + {lane};")
             else:
-                lines.append(f"{indent}  for (int64_t {last} = {last}_end; {last} < {n}; {last}++) {{")
-                body = Scope(scope, indent + "    ", hoist=scope, loop_vars=k.reduction_vars)
+                lines.append(f"{pind}  for (int64_t {last} = {last}_end; {last} < {n}; {last}++) {{")
+                body = Scope(scope, pind + "    ", hoist=scope, loop_vars=k.reduction_vars)
             self._reduction_body(loop, body, (part, lane, f"{counter}_{part}_inv_"))
             lines += body.lines
-            lines.append(f"{indent}  }}")
-            if blocked:
-                lines.append(f"{indent}  if ({counter}_{part} == {WELFORD_BLOCK} / {self.LANES}) {{")
-                lines += merges[part](indent + "    ")
+            lines.append(f"{pind}  }}")
+            if segment:
+                lines.append(f"{pind}}}")
+            if blocked:  # a lane has seen at most 2 * WELFORD_BLOCK / LANES points in float
+                lines.append(f"{pind}if ({counter}_{part} >= {WELFORD_BLOCK} / {self.LANES}) {{"
+                             if segment else f"{pind}  if ({counter}_{part} == {WELFORD_BLOCK} / {self.LANES}) {{")
+                mind = pind + ("  " if segment else "    ")
+                lines += merges[part](mind)
                 if part == "l":
-                    lines += [f"{indent}    {name}_o += {name}; {name} = 0;" for name, _ in sums]
-                lines.append(f"{indent}  }}")
+                    lines += [f"{mind}{name}_o += {name}; {name} = 0;" for name, _ in sums]
+                lines.append(f"{pind}{'' if segment else '  '}}}")
             lines.append(f"{indent}}}")
         for d in range(len(k.reduction_vars) - 1, 0, -1):
             lines.append(ind + "  " * (d - 1) + "}")
@@ -790,12 +801,12 @@ class CppKernel:
                 if split is not None:
                     for r in sums:
                         lines += [f"{bindent}#pragma omp simd",
-                                  f"{bindent}for (int i = 0; i < {self.TILE}; i++) {{ {r.name}_d[i] += {r.name}[i]; "
+                                  f"{bindent}for (int64_t i = 0; i < xe - xb; i++) {{ {r.name}_d[i] += {r.name}[i]; "
                                   f"{r.name}[i] = 0; }}"]
                     for r in wels:
                         mean, m2 = welford_mean(r.name), welford_m2(r.name)
                         lines += welford_merge([(mean, m2, f"{mean}_d", f"{m2}_d")], f"{r.name}_n", f"{r.name}_dn",
-                                               str(self.TILE), bindent)
+                                               "xe - xb", bindent)
                 lines += close_loops(len(outer), indent)
             else:
                 lines.append(f"{indent}for (int64_t {last} = xb; {last} < xe; {last}++) {{")
