@@ -48,9 +48,12 @@ def worker(only) -> None:
     """Compile the workloads, then answer ``<key> <calls>`` lines with seconds per call."""
     import torch
 
+    import torchkiln  # first: from PYTHONPATH (codegen_bench puts its own tree first on sys.path)
+
     sys.path.insert(0, HERE)
     import codegen_bench
-    import torchkiln
+
+    print(os.path.dirname(os.path.dirname(os.path.abspath(torchkiln.__file__))), file=sys.stderr, flush=True)
 
     torch.set_num_threads(1)
     loads = {**codegen_bench.workloads("cpu"), **_extra()}
