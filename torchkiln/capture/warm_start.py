@@ -180,7 +180,10 @@ _modules_by_file: dict = {}
 def _module_of_code(code: types.CodeType) -> str | None:
     name = _modules_by_file.get(code.co_filename)
     if name is None or sys.modules.get(name) is None:
-        for mod_name, mod in list(sys.modules.items()):
+        # a copy made in one C call: list(sys.modules.items()) allocates a tuple per item, and a
+        # collection it triggers can run finalizers that import ("dictionary changed size
+        # during iteration": brk_call was not recorded under TRITON_INTERPRET=1 on torch 2.15)
+        for mod_name, mod in sys.modules.copy().items():
             f = getattr(mod, "__file__", None)
             if f:
                 _modules_by_file.setdefault(f, mod_name)
