@@ -8,6 +8,8 @@ eager does).  Eager is the oracle, compared exactly (integers, bools, NaN positi
 or to float rounding.  Each test compiles one function that returns many results, to
 keep the number of compiles low.  Cases marked (fixed) gave a wrong result or an
 error before their fix."""
+import re
+
 import pytest
 import torch
 
@@ -206,11 +208,48 @@ def test_clamp_keeps_negative_zero():
     assert torch.signbit(torchkiln.compile(lambda x: x.clamp(min=0.0))(torch.tensor([-0.0])))
 
 
-@pytest.mark.xfail(reason="argmax/argmin on bool: eager refuses ('does not support bool input'), the fake kernel "
-                          "and the compiled one do not")
-def test_argmax_bool_raises():
-    with pytest.raises(RuntimeError):
-        torchkiln.compile(lambda x: x.argmax())(torch.tensor([False, True]))
+EAGER_REFUSES = {  # (fixed) eager's kernels refuse these dtypes or values, the fake kernels do not: the
+    # decomposition or kernel computed a value (int softmax gave 0s, bool abs its input, b % b False,
+    # fp16 masked_fill(m, 1e6) inf, lerp of ints a float); now their ATen kernels run, and raise
+    "int_softmax": lambda b, i, h: i.softmax(0) + 1,
+    "int_log_softmax": lambda b, i, h: i.log_softmax(0),
+    "bool_abs": lambda b, i, h: b.abs(),
+    "bool_remainder": lambda b, i, h: b % b,
+    "bool_fmod": lambda b, i, h: torch.fmod(b, True),
+    "bool_trunc_div": lambda b, i, h: torch.div(b, b, rounding_mode="trunc"),
+    "bool_argmax": lambda b, i, h: b.argmax(),
+    "bool_argmin_dim": lambda b, i, h: b.view(1, 2).argmin(1),
+    "bool_floor": lambda b, i, h: b.floor() + b.round(),
+    "bool_clamp": lambda b, i, h: b.clamp(min=False),
+    "bool_pow": lambda b, i, h: b ** b,
+    "bool_trace": lambda b, i, h: b.view(1, 2).trace(),
+    "int_lerp": lambda b, i, h: torch.lerp(i, i * 2, 0.5),
+    "int_lerp_tensor": lambda b, i, h: torch.lerp(i, i * 2, i),
+    "int_gelu": lambda b, i, h: torch.nn.functional.gelu(i) + torch.nn.functional.silu(i),
+    "int_frac": lambda b, i, h: i.frac(),
+    "int_hypot": lambda b, i, h: torch.hypot(i, i),
+    "int_logaddexp": lambda b, i, h: torch.logaddexp(i, i),
+    "int_sub_bool_alpha": lambda b, i, h: torch.sub(i, i, alpha=True),
+    "fp16_masked_fill": lambda b, i, h: h.masked_fill(b, 1e6),
+    "fp16_masked_fill_tensor": lambda b, i, h: h.masked_fill(b, torch.tensor(1e6)),
+}
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_eager_refuses_so_does_kiln(backend, backend_device):
+    b, i = torch.tensor([True, False], device=backend_device), torch.tensor([3, -4], device=backend_device)
+    h = torch.tensor([1.0, 2.0], dtype=torch.float16, device=backend_device)
+    for name, fn in EAGER_REFUSES.items():
+        with pytest.raises((RuntimeError, NotImplementedError)) as eager:
+            fn(b, i, h)
+        torchkiln.reset()
+        with pytest.raises(eager.type, match=re.escape(str(eager.value).split(" ")[0])):
+            torchkiln.compile(fn)(b, i, h)
+    # what eager takes still compiles, to its answer; (fixed) Triton added bools in int1: True + True gave False
+    check(lambda b, i, h: (b.pow(2), b.clamp(max=b), i.round(), torch.lerp(h, h * 2, 0.5), h.masked_fill(b, 65504.0),
+                           h.masked_fill(b, h[0]), i % 3, torch.hypot(i, h), torch.add(b, b, alpha=True), b + True,
+                           (b + b).sum()),
+          b, i, h, device=backend_device)
 
 
 def test_large_float_sums_cascade():  # (fixed) a sequential float32 sum per vector lane stalled at 2**24 per lane

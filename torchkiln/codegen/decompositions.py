@@ -9,6 +9,8 @@ import functools
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
+from .eager_refusals import REFUSALS, eager_refuses
+
 aten = torch.ops.aten
 
 EXTRA = [
@@ -42,6 +44,16 @@ def _batch_norm_inference_only(decomposition):
     return decompose
 
 
+def _unless_eager_refuses(op, decomposition):
+    """``op``'s decomposition, except for calls eager refuses: those stay ``op`` (its
+    ATen kernel raises when the graph runs; the decomposition computed a value)."""
+    def decompose(*args, **kwargs):
+        if eager_refuses(op, args, kwargs):
+            return NotImplemented
+        return decomposition(*args, **kwargs)
+    return decompose
+
+
 @functools.lru_cache(None)
 def _table():
     table = dict(core_aten_decompositions())
@@ -50,6 +62,9 @@ def _table():
     table[bn] = _batch_norm_inference_only(get_decompositions([bn])[bn])
     for op in EXCLUDE:
         table.pop(op, None)
+    for op, decomposition in table.items():
+        if op in REFUSALS or getattr(op, "overloadpacket", None) in REFUSALS:
+            table[op] = _unless_eager_refuses(op, decomposition)
     return table
 
 

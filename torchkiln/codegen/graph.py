@@ -15,6 +15,7 @@ from torch.fx.experimental.symbolic_shapes import resolve_unbacked_bindings
 from . import config, nodes
 from .config import triton_kernels
 from . import layout as layout_opt
+from .eager_refusals import eager_refuses
 from .lowering import fallback_handler, lowerings, make_extern
 from .nodes import InputBuffer, Layout, Pointwise, Reduction, TensorBox, to_sympy
 
@@ -156,7 +157,7 @@ class GraphLowering:
         if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)) and not isinstance(val, torch.Tensor):
             return to_sympy(val)
         lower = lowerings.get(node.target)
-        if lower is None or _has_non_kernel_dtype(node):
+        if lower is None or _has_non_kernel_dtype(node) or _eager_refuses(node):
             lower = fallback_handler
         result = lower(*args, **kwargs)
         if isinstance(result, TensorBox) and isinstance(val, torch.Tensor):
@@ -287,6 +288,13 @@ KERNEL_DTYPES = frozenset({
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
     torch.int16, torch.int8, torch.uint8, torch.bool,
 })
+
+
+def _eager_refuses(node) -> bool:
+    """A call eager raises on (eager_refusals): its ATen kernel runs, and raises."""
+    meta = lambda v: v.meta.get("val")  # noqa: E731
+    args = torch.fx.node.map_arg(node.args, meta)
+    return eager_refuses(node.target, args, torch.fx.node.map_arg(node.kwargs, meta))
 
 
 def _has_non_kernel_dtype(node) -> bool:

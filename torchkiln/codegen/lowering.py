@@ -24,6 +24,7 @@ from . import layout as layout_opt
 from . import mkldnn
 from . import split_reduction
 from .config import triton_kernels
+from .eager_refusals import scalar_fits
 from .ir import Constant, IndexValue, Masked, Op
 from .nodes import (
     Buffer, ComputedBuffer, ExternKernel, InputBuffer, Layout, MultiOutput, MutationBuffer, Pointwise, Reduction, ReinterpretView,
@@ -266,16 +267,8 @@ def check_scalar_fits(value, dtype: torch.dtype) -> None:
     """Refuse (eager fallback, where eager raises "value cannot be converted to type ...
     without overflow") a Python number that ``fill``/``full``/``where``/``clamp`` would
     convert to ``dtype`` out of its range; casting it here would wrap (``i.clamp(max=2**40)``
-    on int32 gave 0).  Unsigned types also take the negated range, as ATen's check."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or dtype == torch.bool or dtype.is_complex:
-        return
-    if dtype.is_floating_point:
-        if math.isfinite(value) and abs(value) > torch.finfo(dtype).max:
-            raise NotImplementedError(f"{value} overflows {dtype}: eager raises")
-        return
-    info = torch.iinfo(dtype)
-    lo = -info.max if info.min == 0 else info.min
-    if not (lo <= value <= info.max):  # NaN or inf compare False too
+    on int32 gave 0)."""
+    if not scalar_fits(value, dtype):
         raise NotImplementedError(f"{value} overflows {dtype}: eager raises")
 
 

@@ -283,6 +283,8 @@ class KernelRenderer:
             if dt in (torch.float16, torch.bfloat16):
                 return f"{a[0]}.to({tl_dtype(dt)}).to(tl.float32)"
             return f"{a[0]}.to({cdt})"
+        if name == "add" and dt == torch.bool:  # int1 ``+`` wraps (True + True gave False)
+            return f"({a[0]} | {a[1]})"
         if name in _BINARY_INFIX:
             return f"({a[0]} {_BINARY_INFIX[name]} {a[1]})"
         if name in _UNARY_LIBDEVICE:
