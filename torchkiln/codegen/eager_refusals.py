@@ -110,32 +110,76 @@ def _bool_clamp(x, lo=None, hi=None, **k) -> bool:
     return x.dtype == torch.bool and lo is not None and hi is not None
 
 
+def _signed_or_bool(x, *a, **k) -> bool:
+    """Resampling kernels with a uint8 version but none for bool or signed integers."""
+    return x.dtype in _INTEGRAL and x.dtype != torch.uint8
+
+
+def _hardtanh(x, lo=-1.0, hi=1.0, **k) -> bool:
+    """hardtanh of bool, or of an unsigned tensor with a negative limit."""
+    return x.dtype == torch.bool or x.dtype == torch.uint8 and (lo < 0 or hi < 0)
+
+
+def _half_or_integral(x, *a, **k) -> bool:
+    return x.dtype in _INTEGRAL or x.dtype == torch.float16
+
+
 def _integer_addcdiv(x, t1, t2, **k) -> bool:
     """addcdiv refuses integer division (both divided tensors integral)."""
     return all(t.dtype in _INTEGRAL for t in (t1, t2))
 
 
-_BOOL_ONLY = (aten.abs, aten.floor, aten.ceil, aten.trunc, aten.fix, aten.relu, aten.hardtanh, aten.argmax,
-              aten.argmin, aten.trace, aten.threshold, aten.clamp_min.default, aten.clamp_max.default,
-              aten.clamp.default, aten.round.default)
-_BOOL_RESULT = {aten.remainder: 2, aten.fmod: 2, aten.floor_divide: 2, aten.div.Tensor_mode: 2, aten.div.Scalar_mode: 2,
-                aten.pow.Tensor_Tensor: 2, aten.pow.Scalar: 2, aten.bitwise_left_shift: 2, aten.bitwise_right_shift: 2,
-                aten.__lshift__: 2, aten.__rshift__: 2, aten.addcmul: 3, aten.dot: 2, aten.vdot: 2, aten.mv: 2}
-_FLOAT_ONLY = {aten.frac: 1, aten.hypot: 2, aten._softmax: 1, aten._log_softmax: 1, aten.gelu: 1, aten.silu: 1,
-               aten.hardswish: 1, aten.hardsigmoid: 1, aten.softplus: 1, aten.mish: 1, aten.logaddexp: 2,
-               aten.logaddexp2: 2, aten.lerp: 1, aten.elu: 1, aten.leaky_relu: 1, aten.glu: 1, aten.softshrink: 1,
-               aten.hardshrink: 1, aten.log_sigmoid_forward: 1, aten.mse_loss: 2, aten.smooth_l1_loss: 2,
-               aten.huber_loss: 2, aten.binary_cross_entropy: 2, aten.native_layer_norm: 1, aten.nextafter: 2,
-               aten.round.decimals: 1, aten.rrelu_with_noise: 1, aten.logcumsumexp: 1}
+_BOOL_ONLY = ("abs", "floor", "ceil", "trunc", "fix", "relu", "argmax",
+              "argmin", "trace", "threshold", "clamp_min.default", "clamp_max.default",
+              "clamp.default", "round.default", "max_pool2d_with_indices", "max_pool3d_with_indices",
+              "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "median", "kthvalue", "searchsorted",
+              "bucketize")
+_BOOL_RESULT = {"remainder": 2, "fmod": 2, "floor_divide": 2, "div.Tensor_mode": 2, "div.Scalar_mode": 2,
+                "pow.Tensor_Tensor": 2, "pow.Scalar": 2, "bitwise_left_shift": 2, "bitwise_right_shift": 2,
+                "__lshift__": 2, "__rshift__": 2, "addcmul": 3, "dot": 2, "vdot": 2, "mv": 2,
+                "mm": 2, "bmm": 2, "addmm": 3, "baddbmm": 3, "addmv": 3, "gcd": 2, "lcm": 2}
+_FLOAT_ONLY = {"frac": 1, "hypot": 2, "_softmax": 1, "_log_softmax": 1, "gelu": 1, "silu": 1,
+               "hardswish": 1, "hardsigmoid": 1, "softplus": 1, "mish": 1, "logaddexp": 2,
+               "logaddexp2": 2, "lerp": 1, "elu": 1, "leaky_relu": 1, "glu": 1, "softshrink": 1,
+               "hardshrink": 1, "log_sigmoid_forward": 1, "mse_loss": 2, "smooth_l1_loss": 2,
+               "huber_loss": 2, "binary_cross_entropy": 2, "native_layer_norm": 1, "nextafter": 2,
+               "round.decimals": 1, "rrelu_with_noise": 1, "logcumsumexp": 1, "native_batch_norm": 1,
+               "_native_batch_norm_legit": 1, "_native_batch_norm_legit_no_training": 1,
+               "_native_batch_norm_legit_functional": 1, "native_group_norm": 1, "_fused_rms_norm": 1,
+               "max_pool1d": 1, "_adaptive_avg_pool2d": 1, "_adaptive_avg_pool3d": 1,
+               "adaptive_max_pool2d": 1, "adaptive_max_pool3d": 1, "im2col": 1, "col2im": 1,
+               "nll_loss_forward": 1, "nll_loss2d_forward": 1, "_prelu_kernel": 1, "_cdist_forward": 1,
+               "_pdist_forward": 1, "max_unpool2d": 1, "max_unpool3d": 1, "soft_margin_loss": 1,
+               "upsample_linear1d": 1, "upsample_trilinear3d": 1, "histc": 1, "celu": 1, "selu": 1}
 
-REFUSALS: dict = {
+_BY_NAME = {
     **{op: _bool_input for op in _BOOL_ONLY},
     **{op: _bool_result(n) for op, n in _BOOL_RESULT.items()},
     **{op: _integral_result(n) for op, n in _FLOAT_ONLY.items()},
-    aten.clamp.Tensor: _bool_clamp, aten.addcdiv: _integer_addcdiv,
-    aten.add.Tensor: _alpha, aten.sub.Tensor: _alpha, aten.add.Scalar: _alpha, aten.sub.Scalar: _alpha,
-    aten.masked_fill: _masked_fill, aten.arange: _arange_dtype,
+    "clamp.Tensor": _bool_clamp, "addcdiv": _integer_addcdiv, "hardtanh": _hardtanh,
+    **{op: _signed_or_bool for op in ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+                                      "_upsample_nearest_exact1d", "_upsample_nearest_exact2d",
+                                      "_upsample_nearest_exact3d", "upsample_bilinear2d",
+                                      "upsample_bicubic2d", "_upsample_bilinear2d_aa")},
+    "multi_margin_loss": _half_or_integral, "multilabel_margin_loss_forward": _half_or_integral,
+    "special_log_ndtr": lambda x, *a, **k: x.dtype == torch.float16,
+    "add.Tensor": _alpha, "sub.Tensor": _alpha, "add.Scalar": _alpha, "sub.Scalar": _alpha,
+    "masked_fill": _masked_fill, "arange": _arange_dtype,
 }
+
+
+def _resolve(name: str):
+    """``aten.<name>`` (a packet, or ``packet.overload``), or None where this torch lacks it."""
+    op = aten
+    for part in name.split("."):
+        op = getattr(op, part, None)
+        if op is None:
+            return None
+    return op
+
+
+# {OpOverloadPacket or OpOverload: predicate(*args, **kwargs) -> whether eager raises}
+REFUSALS: dict = {op: check for op, check in ((_resolve(n), c) for n, c in _BY_NAME.items()) if op is not None}
 
 
 def eager_refuses(op, args, kwargs) -> bool:
