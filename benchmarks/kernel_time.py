@@ -61,8 +61,14 @@ def main(argv=None) -> int:
     p.add_argument("mode", choices=["inference", "training"])
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--top", type=int, default=15)
+    p.add_argument("--ungrouped", action="store_true",
+                   help="launch every kernel alone (codegen.config.kernel_profile): times each member of a launch group")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    if args.ungrouped:
+        import torchkiln
+
+        torchkiln.codegen.config.kernel_profile = True
     from torchkiln.bench import run as R
     from torchkiln.bench.models import build
 

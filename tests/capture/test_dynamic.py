@@ -49,6 +49,25 @@ def test_automatic_dynamic_only_changed_dim_is_symbolic():
     assert dims and all(d == {0} for d in dims)
 
 
+def split_by(x, sizes):
+    return [t * 2 for t in x.split(sizes)]
+
+
+def test_automatic_dynamic_int_items_past_a_failing_relation():
+    """Split sizes (an MoE's per-expert counts from ``.tolist()``, the list its resume
+    function gets): once two items are symbolic, ShapeEnv guards their sum
+    (``L['sizes'][1] == 7 - L['sizes'][0]``; sizes 0 and 1 are specialised anyway); a call where a third item changes fails that
+    relation too, and automatic dynamic ignored the whole failure, so the third item
+    stayed static and every new value of it recompiled (moe training ran its resume
+    function eagerly after cache_size_limit)."""
+    cnt = CompileCounter()
+    cf = torchkiln.compile(split_by, backend=cnt)
+    x = torch.randn(12)
+    for sizes in ([2, 5, 5], [3, 4, 5], [4, 4, 4], [2, 8, 2], [3, 6, 3], [5, 2, 5]):
+        assert same(cf(x, sizes), split_by(x, sizes))
+    assert cnt.frame_count == 3  # static, then items 0 and 1 symbolic, then item 2 too
+
+
 def test_dynamic_false_recompiles_per_size():
     cnt = CompileCounter()
     cf = torchkiln.compile(f, backend=cnt, dynamic=False)

@@ -32,10 +32,11 @@ _DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: 
 class GuardPart:
     """One printable check; ``reason(L)`` explains a failure (default: the code)."""
 
-    def __init__(self, code: str, reason=None, size_of=None):
+    def __init__(self, code: str, reason=None, size_of=None, relation=False):
         self.code = code
         self.reason = reason
         self.size_of = size_of  # (source, dim) when this part checks one size (or an int: SCALAR) only
+        self.relation = relation  # a ShapeEnv guard: a relation between (or range of) symbolic sizes
         self.env: dict | None = None  # the guard namespace, set by GuardBuilder.build
         self._fn = None
         self._shown = None
@@ -122,11 +123,11 @@ class GuardBuilder:
         except Exception:  # noqa: BLE001
             return None
 
-    def add(self, code: str, reason=None, size_of=None) -> None:
+    def add(self, code: str, reason=None, size_of=None, relation=False) -> None:
         if code in self._seen:
             return
         self._seen.add(code)
-        self.parts.append(GuardPart(code, reason, size_of))
+        self.parts.append(GuardPart(code, reason, size_of, relation))
 
     # -- guard kinds --------------------------------------------------------------------
     def _named(self, value) -> str:
@@ -500,9 +501,14 @@ class Guard:
         return None
 
     def size_failures(self, f_locals) -> dict[str, set[int]] | None:
-        """Dims whose sizes changed, if size checks are the only failing parts; else None."""
+        """Dims whose sizes changed, if size checks are the only failing parts; else None.
+        A failing ShapeEnv relation (``L['s'][5] == 239 - L['s'][0]``: split sizes adding
+        up) is passed over: it fails because sizes it relates changed, and the size parts
+        that failed with it name those still static (a relation alone gives None)."""
         result: dict[str, set[int]] = {}
         for part in self._failing(f_locals):
+            if part.relation:
+                continue
             if part.size_of is None:
                 return None
             source, dim = part.size_of

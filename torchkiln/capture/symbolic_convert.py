@@ -1363,7 +1363,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         sources = [_DynamicSource(i.source) for i in self.output.inputs]
         exprs = shape_env.produce_guards(placeholders, sources, ignore_static=not specialized)
         for expr in exprs:
-            g.add(expr, size_of=None)
+            g.add(expr, relation=True)
 
     def _entry(self, run, gm, break_reasons):
         # the guard hands the graph inputs it read to the transformed code (run(L, checked))
