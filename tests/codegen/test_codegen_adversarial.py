@@ -245,8 +245,9 @@ def test_eager_refuses_so_does_kiln(backend, backend_device):
         torchkiln.reset()
         with pytest.raises(eager.type, match=re.escape(str(eager.value).split(" ")[0])):
             torchkiln.compile(fn)(b, i, h)
-    # what eager takes still compiles, to its answer; (fixed) Triton added bools in int1: True + True gave False
-    check(lambda b, i, h: (b.pow(2), b.clamp(max=b), i.round(), torch.lerp(h, h * 2, 0.5), h.masked_fill(b, 65504.0),
+    # what eager takes still compiles, to its answer; (fixed) Triton added bools in int1: True + True gave False;
+    # (fixed) b ** True is bool in eager, the meta kernel says int64 and so did the graph
+    check(lambda b, i, h: (b.pow(True), b.pow(False) * 1, b.pow(2), b.clamp(max=b), i.round(), torch.lerp(h, h * 2, 0.5), h.masked_fill(b, 65504.0),
                            h.masked_fill(b, h[0]), i % 3, torch.hypot(i, h), torch.add(b, b, alpha=True), b + True,
                            (b + b).sum()),
           b, i, h, device=backend_device)

@@ -54,12 +54,21 @@ def _unless_eager_refuses(op, decomposition):
     return decompose
 
 
+def _bool_pow_bool(x, exponent):
+    """``b ** True`` is ``b`` and ``b ** False`` all True, bool as eager's; the meta kernel
+    takes the bool exponent for an int and says int64 (the graph returned int64)."""
+    if x.dtype == torch.bool and isinstance(exponent, bool):
+        return x.clone() if exponent else torch.ones_like(x)
+    return NotImplemented
+
+
 @functools.lru_cache(None)
 def _table():
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(EXTRA))
     bn = aten._native_batch_norm_legit.default
     table[bn] = _batch_norm_inference_only(get_decompositions([bn])[bn])
+    table[aten.pow.Tensor_Scalar] = _bool_pow_bool
     for op in EXCLUDE:
         table.pop(op, None)
     for op, decomposition in table.items():
