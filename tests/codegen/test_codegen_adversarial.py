@@ -232,6 +232,11 @@ EAGER_REFUSES = {  # (fixed) eager's kernels refuse these dtypes or values, the 
     "int_sub_bool_alpha": lambda b, i, h: torch.sub(i, i, alpha=True),
     "fp16_masked_fill": lambda b, i, h: h.masked_fill(b, 1e6),
     "fp16_masked_fill_tensor": lambda b, i, h: h.masked_fill(b, torch.tensor(1e6)),
+    # decomposed by torch at the Autograd key, before the decomposition table: judged on the captured graph
+    "int_hardshrink": lambda b, i, h: torch.nn.functional.hardshrink(i) + 1,
+    "int_interpolate": lambda b, i, h: torch.nn.functional.interpolate(i.view(1, 1, 2), scale_factor=2),
+    "int_max_pool1d": lambda b, i, h: torch.nn.functional.max_pool1d(i.view(1, 1, 2), 2),
+    "int_batch_norm": lambda b, i, h: torch.nn.functional.batch_norm(i.view(2, 1), None, None, training=True),
 }
 
 

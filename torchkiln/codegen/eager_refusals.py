@@ -192,3 +192,77 @@ def eager_refuses(op, args, kwargs) -> bool:
         return bool(check(*args, **kwargs))
     except Exception:  # an unexpected argument form: the ATen kernel decides
         return True
+
+
+# ---- torch-level calls: ops that torch decomposes at the Autograd key under the Python
+# dispatcher, before AOT autograd's decomposition table sees them (hardshrink,
+# native_batch_norm, upsample_*, the margin losses; max_pool1d through
+# max_pool2d_with_indices, which has integer kernels).  They are judged on the captured
+# graph instead, whose nodes call torch functions: a refused call runs the whole graph
+# eagerly, which raises.
+
+def _input(args, kwargs):
+    x = args[0] if args else kwargs.get("input")
+    return x if isinstance(x, torch.Tensor) else None
+
+
+def _float_only_call(*args, **kwargs) -> bool:
+    x = _input(args, kwargs)
+    return x is not None and x.dtype in _INTEGRAL
+
+
+def _half_or_integral_call(*args, **kwargs) -> bool:
+    x = _input(args, kwargs)
+    return x is not None and (x.dtype in _INTEGRAL or x.dtype == torch.float16)
+
+
+def _interpolate_call(mode="nearest"):
+    def check(*args, **kwargs) -> bool:
+        x = _input(args, kwargs)
+        how = args[3] if len(args) > 3 else kwargs.get("mode", mode)
+        if x is None or x.dtype not in _INTEGRAL:
+            return False
+        return x.dtype != torch.uint8 or how not in ("nearest", "nearest-exact", "bilinear", "bicubic")
+    return check
+
+
+def _max_pool1d_call(*args, **kwargs) -> bool:
+    returns_indices = args[6] if len(args) > 6 else kwargs.get("return_indices", False)
+    return _float_only_call(*args, **kwargs) and not returns_indices
+
+
+def _torch_level() -> dict:
+    F = torch.nn.functional
+    return {
+        F.hardshrink: _float_only_call, torch.hardshrink: _float_only_call, "hardshrink": _float_only_call,
+        F.softshrink: _float_only_call, F.batch_norm: _float_only_call, F.instance_norm: _float_only_call,
+        torch.batch_norm: _float_only_call, torch.instance_norm: _float_only_call,
+        F.interpolate: _interpolate_call(), F.upsample: _interpolate_call(), F.upsample_nearest: _interpolate_call(),
+        F.upsample_bilinear: _interpolate_call("bilinear"), F.max_pool1d: _max_pool1d_call,
+        torch.max_pool1d: _max_pool1d_call, F.multi_margin_loss: _half_or_integral_call,
+        F.multilabel_margin_loss: _half_or_integral_call,
+    }
+
+
+def torch_level_refusal(gm: torch.fx.GraphModule):
+    """The first call of the captured (torch-level) graph ``gm`` that eager refuses and
+    torch's own decompositions would compute a value for, or None."""
+    table = _torch_level()
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        try:
+            check = table.get(node.target)
+        except TypeError:  # an unhashable target
+            continue
+        if check is None:
+            continue
+        meta = lambda v: v.meta.get("example_value", v.meta.get("val"))  # noqa: E731
+        args, kwargs = torch.fx.node.map_arg(node.args, meta), torch.fx.node.map_arg(node.kwargs, meta)
+        try:
+            refused = check(*args, **kwargs)
+        except Exception:
+            refused = True
+        if refused:
+            return node
+    return None
