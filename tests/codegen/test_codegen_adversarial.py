@@ -256,6 +256,9 @@ def test_eager_refuses_so_does_kiln(backend, backend_device):
                            h.masked_fill(b, h[0]), i % 3, torch.hypot(i, h), torch.add(b, b, alpha=True), b + True,
                            (b + b).sum()),
           b, i, h, device=backend_device)
+    # (fixed) uint8 bilinear resize: eager rounds fixed-point weights, the float decomposition was off by 1
+    image = torch.randint(0, 256, (1, 3, 5, 7), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    check(lambda x: torch.nn.functional.interpolate(x, size=(8, 9), mode="bilinear"), image, device=backend_device)
 
 
 def test_large_float_sums_cascade():  # (fixed) a sequential float32 sum per vector lane stalled at 2**24 per lane

@@ -222,7 +222,9 @@ def _interpolate_call(mode="nearest"):
         how = args[3] if len(args) > 3 else kwargs.get("mode", mode)
         if x is None or x.dtype not in _INTEGRAL:
             return False
-        return x.dtype != torch.uint8 or how not in ("nearest", "nearest-exact", "bilinear", "bicubic")
+        # uint8 bilinear/bicubic: eager's kernel rounds fixed-point weights (the float
+        # decomposition differed by 1 at some pixels); nearest is exact either way
+        return x.dtype != torch.uint8 or how not in ("nearest", "nearest-exact")
     return check
 
 
