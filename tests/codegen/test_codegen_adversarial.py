@@ -109,7 +109,10 @@ def _indexing(x, i, j, m, w):
             x.index_put((i,), torch.tensor(1.0), accumulate=True) + 1, x.index_add(0, i.abs(), torch.ones(4, 3, device=x.device)) + 1,
             x.index_fill(1, i[:1], -1.0) + 1, x[m] + 1, x[i.to(torch.int32)] + 1, x[i.view(2, 2), :2] + 1,
             torch.nn.functional.embedding(i.abs(), w) + 1, x.roll(-1, 0) + 1, x.narrow(0, -2, 2) + 1, x.select(1, -1) + 1,
-            x.diagonal(-1) + 1, torch.nn.functional.pad(x, (-1, 2)) + 1)
+            x.diagonal(-1) + 1, torch.nn.functional.pad(x, (-1, 2)) + 1,
+            # (fixed: Triton 3.6's interpreter) atomic adds of a constant, duplicate indices
+            x.index_put((i.abs() % 2,), torch.tensor(1.0), accumulate=True) * 2,
+            torch.zeros(4, 3, device=x.device).index_put((i.abs() % 2,), torch.tensor(-1.0), accumulate=True) * 2)
 
 
 def _ints():

@@ -338,6 +338,11 @@ class KernelRenderer:
         idx = self.index(s.index, s.indirect, ctx)
         val = f"tl.broadcast_to({val}, {ctx.shape}).to({tl_dtype(buf.dtype)})"
         if s.mode == "atomic_add":
+            # ``tl.where`` makes the value a block of its own: Triton 3.6's interpreter hands
+            # ``atomic_rmw`` the raw buffer of a broadcast (stride-0) numpy view and reads past
+            # its one element (a constant added by index_add/index_put lost its adds and wrote
+            # garbage); masked lanes add nothing either way
+            val = f"tl.where({ctx.mask}, {val}, 0)"
             ctx.lines.append(f"{ctx.indent}tl.atomic_add({s.buffer} + {idx}, {val}, {ctx.mask}, sem=\"relaxed\")")
         elif s.mode is None:
             ctx.lines.append(f"{ctx.indent}tl.store({s.buffer} + {idx}, {val}, {ctx.mask})")
