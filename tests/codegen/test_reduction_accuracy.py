@@ -79,3 +79,24 @@ def test_sum_of_ones_after_a_large_value(backend, backend_device):
     z[3, 1], z[9, 0] = float("inf"), float("nan")
     torchkiln.reset()
     torch.testing.assert_close(torchkiln.compile(lambda t: t.sum(1))(z.t().contiguous()), z.sum(0), equal_nan=True)
+
+
+
+@pytest.mark.parametrize("backend", ["triton"])
+def test_triton_looped_welford_long_lanes(backend, backend_device, monkeypatch):
+    # each lane of a looped Triton Welford takes rnumel / RBLOCK points: 8192 in a 2**24
+    # row with the GPU's 2048-wide tiles (not split under dynamic shapes), 2**19 in a column
+    # with 32-row tiles.  2-wide tiles give 1024 points a lane here: float32 lane states
+    # were 38x eager's error on var and 7.5x on the mean (rand() + 100); chunks merged
+    # into float64 states, of values shifted by the lane's first one: 1.0x
+    if backend_device != "cpu":
+        pytest.skip("block sizes forced for the interpreter")
+    from torchkiln.codegen.triton import runtime
+
+    monkeypatch.setattr(runtime, "reduction_config", lambda x, r, interpret, outer=False: (False, 2, 2, 1))
+    x = _rand(2, 2**11)
+    torchkiln.reset()
+    out = torchkiln.compile(lambda t: torch.var_mean(t, 1))(x)
+    for res, eager, ref in zip(out, torch.var_mean(x, 1), torch.var_mean(x.double(), 1)):
+        err, eager_err = (res.double() - ref).abs().max().item(), (eager.double() - ref).abs().max().item()
+        assert err <= max(4 * eager_err, torch.finfo(torch.float32).eps * ref.abs().max().item()), (err, eager_err)

@@ -138,7 +138,16 @@ def _rename(src: str, names: dict[str, str]) -> str:
     return _TOKEN.sub(sub, src)
 
 
-_ACC_SUFFIXES = frozenset({"acc", "idx", "mean", "m2", "weight"})
+_ACC_SUFFIXES = frozenset({"acc", "idx", "mean", "m2", "weight", "tmean", "tm2", "tweight", "shift"})
+
+# A looped Welford's float32 lane states restart from zero every WELFORD_CHUNK iterations
+# of the reduction loop, merged first into float64 lane states (Chan et al.): a float32
+# lane state updated by each of its points in turn loses accuracy with their count
+# (rnumel / RBLOCK: 8192 in a 2**24 row, 2**19 in a column of 2**24 with 32-row tiles;
+# var over rows with 4096 points a lane was 130x eager's error).  The float32 states
+# are of the values minus the lane's first value (``_shift``), so that the running mean
+# of values far from zero (rand() + 100) does not round at their magnitude.
+WELFORD_CHUNK = 32
 
 
 class _Scope:
@@ -489,6 +498,9 @@ class KernelRenderer:
                 if r.reduction_type == "welford":
                     lines += [f"    {r.name}_{part} = tl.zeros([XBLOCK, RBLOCK], {_tile_dtype(r)})"
                               for part in ("mean", "m2", "weight")]
+                    lines += [f"    {r.name}_{part} = tl.zeros([XBLOCK, RBLOCK], tl.float64)"
+                              for part in ("tmean", "tm2", "tweight")]
+                    lines.append(f"    {r.name}_shift = tl.zeros([XBLOCK, RBLOCK], {_tile_dtype(r)})")
                     continue
                 init = _identity(r.reduction_type, _value_dtype(r))
                 lines.append(f"    {r.name}_acc = tl.full([XBLOCK, RBLOCK], {init}, {_tile_dtype(r)})")
@@ -508,6 +520,14 @@ class KernelRenderer:
                     self._accumulate(s, tile, index, inner)
                 else:
                     self.store(s, inner)
+            welfords = [r for r in reduces if r.reduction_type == "welford"]
+            if welfords:
+                lines.append(f"        if (roffset // RBLOCK) % {WELFORD_CHUNK} == {WELFORD_CHUNK - 1}:")
+                chunk_end = _Context(inner.shape, inner.mask, inner.zero, _Scope(), lines, "            ")
+                for r in welfords:
+                    self.welford_merge(r, chunk_end)
+            for r in welfords:
+                self.welford_merge(r, outer, restart=False)
             for r in reduces:
                 if r.reduction_type == "welford":
                     self.welford_finish(r, outer)
@@ -532,25 +552,44 @@ class KernelRenderer:
 
     def welford_update(self, r: ir.Reduce, ctx: _Context) -> None:
         """One Welford step per tile element (looped reductions): each element of the
-        ``[XBLOCK, RBLOCK]`` accumulators ``_mean``/``_m2``/``_weight`` is its own stream."""
+        ``[XBLOCK, RBLOCK]`` accumulators ``_mean``/``_m2``/``_weight`` is its own stream,
+        of the values minus the lane's first one (``_shift``, taken in the first tile)."""
         t, a, ind = _tile_dtype(r), r.name, ctx.indent
         val = self.emit(ctx, f"tl.broadcast_to({self.value(r.value, ctx)}.to({t}), {ctx.shape})")
+        ctx.lines += [f"{ind}if roffset == 0:", f"{ind}    {a}_shift = tl.where({ctx.mask}, {val}, 0.0)"]
+        val = self.emit(ctx, f"{val} - {a}_shift")
         weight = self.emit(ctx, f"tl.where({ctx.mask}, {a}_weight + 1.0, {a}_weight)")
         delta = self.emit(ctx, f"{val} - {a}_mean")
         ctx.lines.append(f"{ind}{a}_mean = tl.where({ctx.mask}, {a}_mean + {delta} / tl.maximum({weight}, 1.0), {a}_mean)")
         ctx.lines.append(f"{ind}{a}_m2 = tl.where({ctx.mask}, {a}_m2 + {delta} * ({val} - {a}_mean), {a}_m2)")
         ctx.lines.append(f"{ind}{a}_weight = {weight}")
 
+    def welford_merge(self, r: ir.Reduce, ctx: _Context, restart: bool = True) -> None:
+        """Merge each lane's float32 chunk state (``_mean``/``_m2``/``_weight``, shifted by
+        ``_shift``) into its float64 state (``_tmean``/``_tm2``/``_tweight``; Chan et al.'s
+        pairwise formula), then (``restart``) zero the chunk; a lane that saw no point
+        keeps its state."""
+        a, t, ind = r.name, _tile_dtype(r), ctx.indent
+        weight, delta, share = self.tmp(), self.tmp(), self.tmp()
+        ctx.lines += [f"{ind}{weight} = {a}_tweight + {a}_weight.to(tl.float64)",
+                      f"{ind}{delta} = ({a}_shift.to(tl.float64) + {a}_mean.to(tl.float64)) - {a}_tmean",
+                      f"{ind}{share} = {a}_weight.to(tl.float64) / tl.maximum({weight}, 1.0)",
+                      f"{ind}{a}_tmean = {a}_tmean + {delta} * {share}",
+                      f"{ind}{a}_tm2 = {a}_tm2 + {a}_m2.to(tl.float64) + {delta} * {delta} * {a}_tweight * {share}",
+                      f"{ind}{a}_tweight = {weight}"]
+        if restart:
+            ctx.lines += [f"{ind}{a}_{part} = tl.zeros([XBLOCK, RBLOCK], {t})" for part in ("mean", "m2", "weight")]
+
     def welford_finish(self, r: ir.Reduce, ctx: _Context) -> None:
-        """Merge the tile's Welford streams per row: mean = weighted mean of the stream
-        means; M2 = sum of stream M2s + sum of weight * (stream mean - mean)**2 (Chan et
-        al.'s formula for many parts; only ``tl.sum`` crosses lanes)."""
-        a = r.name
-        total = self.emit(ctx, f"tl.sum({a}_weight, 1)[:, None]")
-        mean = self.emit(ctx, f"tl.sum({a}_weight * {a}_mean, 1)[:, None] / tl.maximum({total}, 1.0)")
-        dev = self.emit(ctx, f"{a}_mean - {mean}")
-        self.reduced[ir.welford_mean(a)] = mean
-        self.reduced[ir.welford_m2(a)] = self.emit(ctx, f"tl.sum({a}_m2 + {a}_weight * {dev} * {dev}, 1)[:, None]")
+        """Merge the tile's float64 Welford lane states per row: mean = weighted mean of
+        the lane means; M2 = sum of lane M2s + sum of weight * (lane mean - mean)**2 (Chan
+        et al.'s formula for many parts; only ``tl.sum`` crosses lanes)."""
+        a, t = r.name, _tile_dtype(r)
+        total = self.emit(ctx, f"tl.sum({a}_tweight, 1)[:, None]")
+        mean = self.emit(ctx, f"tl.sum({a}_tweight * {a}_tmean, 1)[:, None] / tl.maximum({total}, 1.0)")
+        dev = self.emit(ctx, f"{a}_tmean - {mean}")
+        self.reduced[ir.welford_mean(a)] = self.emit(ctx, f"{mean}.to({t})")
+        self.reduced[ir.welford_m2(a)] = self.emit(ctx, f"tl.sum({a}_tm2 + {a}_tweight * {dev} * {dev}, 1)[:, None].to({t})")
 
     def _accumulate(self, r: ir.Reduce, tile: str, index: str | None, ctx: _Context) -> None:
         acc, t, ind = f"{r.name}_acc", r.reduction_type, ctx.indent
