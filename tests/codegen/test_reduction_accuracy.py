@@ -61,6 +61,17 @@ def test_cascaded_sums_keep_inf_and_nan():
         torch.testing.assert_close(torchkiln.compile(fn)(x), fn(x), equal_nan=True)
 
 
+def test_column_sums_within_a_block():
+    # a tiled column sum gives each column one float accumulator: 4096 rows in one block
+    # (cascade.CASCADE) were 13x eager's error; blocks of COLUMN_CASCADE rows: ~1x
+    x = _rand(4096, 256)
+    for fn in (lambda t: t.sum(0), lambda t: (t * t).sum(0)):
+        torchkiln.reset()
+        ref = fn(x.double())
+        err, eager_err = ((f(x).double() - ref).abs().max().item() for f in (torchkiln.compile(fn), fn))
+        assert err <= max(4 * eager_err, torch.finfo(torch.float32).eps * ref.abs().max().item()), (err, eager_err)
+
+
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
 def test_sum_of_ones_after_a_large_value(backend, backend_device):
     # Triton's looped sums: lane 0 of a 2048-wide tile takes 2**24 then 1.0, which a

@@ -21,7 +21,7 @@ from ..ir import (
 )
 from ..bounds import ZERO_DIVISION
 from ..printers import cexpr
-from .cascade import WELFORD_BLOCK, blocked_nest, cascade_split, close_loops, open_loops, welford_merge
+from .cascade import COLUMN_CASCADE, WELFORD_BLOCK, blocked_nest, cascade_split, close_loops, open_loops, welford_merge
 
 CTYPES = {
     torch.float32: "float", torch.float64: "double", torch.float16: "uint16_t", torch.bfloat16: "uint16_t",
@@ -757,7 +757,7 @@ class CppKernel:
                     lines.append(f"{indent}for (int i = 0; i < {self.TILE}; i++) {r.name}[i] = {init};")
                 sums = [r for r in loop.body if r.reduction_type == "sum" and vtype(r.dtype) == "float"]
                 wels = [r for r in loop.body if r.reduction_type == "welford" and vtype(r.dtype) == "float"]
-                split = cascade_split(k.reduction_ranges) if sums or wels else None
+                split = cascade_split(k.reduction_ranges, COLUMN_CASCADE) if sums or wels else None
                 if split is not None:  # cascaded: every block of rows is added into double arrays
                     for r in sums:
                         lines.append(f"{indent}double {r.name}_d[{self.TILE}] = {{}};")
