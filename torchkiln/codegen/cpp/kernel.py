@@ -451,7 +451,8 @@ class CppKernel:
                 self.reductions[welford_mean(acc)], self.reductions[welford_m2(acc)] = welford_mean(acc), welford_m2(acc)
             elif rt == "welford":
                 scope.lines.append(f"{ind}{t} " + ", ".join(f"{acc}_{p}[{self.LANES}] = {{}}"
-                                                            for p in ("lmean", "lm2", "tmean", "tm2")) + ";")
+                                                            for p in ("lmean", "lm2", "lsum", "tmean", "tm2", "tsum")) + ";")
+                self._welford_shift(r, scope)
             else:
                 vt = vtype(r.value.dtype)
                 init = ("-" if rt == "argmax" else "") + f"kiln::limits<{vt}>::infinity()"
@@ -574,13 +575,15 @@ class CppKernel:
             scope.lines.append(f"{ind}double {counter}_dl = 0, {counter}_dt = 0;")
             for r in welfords:
                 scope.lines.append(f"{ind}double " + ", ".join(f"{r.name}_d{p}[{self.LANES}] = {{}}"
-                                                               for p in ("lmean", "lm2", "tmean", "tm2")) + ";")
+                                                               for p in ("lmean", "lm2", "lsum", "tmean", "tm2", "tsum")) + ";")
             scope.lines += [f"{ind}double {name}_o = 0;" for name, _ in sums]
             for part in ("l", "t"):
                 pairs = [(f"{r.name}_{part}mean", f"{r.name}_{part}m2", f"{r.name}_d{part}mean", f"{r.name}_d{part}m2")
                          for r in welfords]
                 merges[part] = lambda indent, pairs=pairs, part=part: welford_merge(
-                    pairs, f"{counter}_{part}", f"{counter}_d{part}", self.LANES, indent)
+                    pairs, f"{counter}_{part}", f"{counter}_d{part}", self.LANES, indent) + [
+                    f"{indent}for (int64_t l = 0; l < {self.LANES}; l++) {{ {r.name}_d{part}sum[l] += {r.name}_{part}sum[l]; "
+                    f"{r.name}_{part}sum[l] = 0; }}" for r in welfords]
         outer_lines, indent = self._loop_nest(k.reduction_vars[:-1], k.reduction_ranges[:-1], ind)
         last, n = k.reduction_vars[-1], cexpr(k.reduction_ranges[-1])
         lines = list(outer_lines)
@@ -637,6 +640,22 @@ class CppKernel:
             after += self._welford_combine(r, counter, ind, blocked)
         return after
 
+    def _welford_shift(self, r: Reduce, scope: Scope) -> None:
+        """``<name>_shift``: the value at the first reduction point (0 for an empty row).
+        The lanes take the values minus it, so that their float means stay near zero: a
+        float running mean of values far from zero (``rand() + 100``) rounds at their
+        magnitude, and ``var(1)`` over rows of 1024-4096 points was 115-140x eager's error.
+        The mean is then the sum of the values over their count (per-lane sums ``_lsum``,
+        ``_tsum``, blocked as the states): the shifted lane means lose ``eps * |first value
+        - mean|`` (``randn``: 194x eager's)."""
+        ind, t = scope.indent, vtype(r.dtype)
+        block = Scope(scope, ind + "  ")
+        block.lines += [f"{ind}  const int64_t {v} = 0;" for v in self.k.reduction_vars]
+        value = self.emit(r.value, block)
+        numel = " * ".join(f"({cexpr(n)})" for n in self.k.reduction_ranges)
+        scope.lines += [f"{ind}{t} {r.name}_shift = 0;", f"{ind}if ({numel} > 0) {{", *block.lines,
+                        f"{ind}  {r.name}_shift = {value};", f"{ind}}}"]
+
     def _welford_combine(self, r: Reduce, counter: str, ind: str, blocked: bool) -> list[str]:
         """Lines merging the Welford lanes of a ``welford`` Reduce into its mean and M2.
 
@@ -667,8 +686,20 @@ class CppKernel:
                     f"{ind}  const {t} gw = {c} * static_cast<{t}>(k), w = {a}_w + gw, d = g - {out_mean}, f = gw / w;",
                     f"{ind}  {out_mean} += d * f; {out_m2} += g2 + d * d * {a}_w * f; {a}_w = w;",
                     f"{ind}}}"]
+        # the mean from the sum of the values, unless the lanes' is not finite (inf or NaN
+        # seen: as eager's Welford, which turns an inf into NaN)
+        numel = " * ".join(f"({cexpr(n)})" for n in self.k.reduction_ranges)
+        parts = [f"static_cast<double>({a}_{p}sum[l])" for p in ("l", "t")]
+        parts += [f"{a}_d{p}sum[l]" for p in ("l", "t")] if blocked else []
+        out += [f"{ind}double {a}_xsum = 0;",
+                f"{ind}for (int64_t l = 0; l < {self.LANES}; l++) {a}_xsum += {' + '.join(parts)};",
+                f"{ind}const double {a}_wmean = static_cast<double>({out_mean}) + {a}_shift;"]
+        final = (f"(kiln::isfinite({a}_wmean) && {numel} > 0 ? {a}_xsum / static_cast<double>({numel}) "
+                 f": {a}_wmean)")
         if blocked:
-            out.append(f"{ind}const float {mean} = static_cast<float>({out_mean}), {m2} = static_cast<float>({out_m2});")
+            out.append(f"{ind}const float {mean} = static_cast<float>({final}), {m2} = static_cast<float>({out_m2});")
+        else:
+            out.append(f"{ind}{mean} = static_cast<{t}>({final});")
         return out
 
     def _reduction_body(self, loop, inner: Scope, lanes=None) -> None:
@@ -705,8 +736,9 @@ class CppKernel:
             elif rt == "welford":
                 part, lane, inv = lanes
                 mean, m2, inv = f"{acc}_{part}mean[{lane}]", f"{acc}_{part}m2[{lane}]", inv + vtype(st.dtype)
-                inner.lines.append(f"{indent}{{ const {vtype(st.dtype)} d = {v} - {mean}; {mean} += d * {inv}; "
-                                   f"{m2} += d * ({v} - {mean}); }}")
+                t = vtype(st.dtype)
+                inner.lines.append(f"{indent}{{ const {t} y = {v} - {acc}_shift, d = y - {mean}; {mean} += d * {inv}; "
+                                   f"{m2} += d * (y - {mean}); {acc}_{part}sum[{lane}] += {v}; }}")
             else:
                 cmp = ">" if rt == "argmax" else "<"
                 nan = f" || ({v} != {v} && {acc}_v == {acc}_v)" if st.value.dtype.is_floating_point else ""
