@@ -177,3 +177,47 @@ def test_relu_after_a_onednn_linear_is_its_post_op():
     assert "'relu'" not in kept.source
     for got, want in zip(kept(x, w, b), shared(x, w, b)):
         torch.testing.assert_close(got, want)
+
+
+def test_bias_after_a_onednn_linear_is_its_bias():
+    # linear of a 3-d input that is not row-major (an LSTM's batch-first output; with a
+    # weight that requires grad, matmul folds it through a copy) decomposes to
+    # view(mm(x, w.t())) + b: the add becomes the oneDNN linear's bias, no kernel but the
+    # copy; a linear result read by anything else, a bias that is not an [N] graph input,
+    # or a broadcast over another dim keep the add kernel
+    torch.manual_seed(0)
+    F = torch.nn.functional
+    x, w, b = torch.randn(3, 2, 8), torch.randn(5, 8), torch.randn(5)
+
+    def trace(fn, *args):  # as AOT autograd traces a training graph: the weight requires grad
+        gm = make_fx(fn, decomposition_table=decompositions())(args[0], args[1].requires_grad_(), *args[2:])
+        args[1].requires_grad_(False)
+        with config.patch(debug=True, fx_graph_cache=False, mkldnn_linear_min_macs=0):
+            return compile_fx_inner(gm, [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"])
+
+    def kernels(compiled) -> int:
+        return compiled.source.split("def call")[1].count("kernel")
+
+    for fn in (lambda x, w, b: (F.linear(x.transpose(0, 1), w, b),),
+               lambda x, w, b: (b + (x.transpose(0, 1) @ w.t()),)):
+        fused = trace(fn, x, w, b)
+        assert kernels(fused) == 1  # the transposing copy
+        out, onednn = _run(fused, (x, w, b))
+        assert onednn
+        torch.testing.assert_close(out[0], fn(x, w, b)[0])
+
+    def shared(x, w, b):
+        y = x.transpose(0, 1) @ w.t()
+        return (y + b, y * 2)
+
+    def computed_bias(x, w, b):
+        return (x.transpose(0, 1) @ w.t() + b * 2,)
+
+    def column_bias(x, w, b):
+        return ((x.transpose(0, 1) @ w.t()).transpose(1, 2) + b[:, None],)
+
+    for fn, args in ((shared, (x, w, b)), (computed_bias, (x, w, b)), (column_bias, (x, w, b))):
+        kept = trace(fn, *args)
+        assert kernels(kept) >= 2
+        for got, want in zip(kept(*args), fn(*args)):
+            torch.testing.assert_close(got, want)

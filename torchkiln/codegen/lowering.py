@@ -211,7 +211,12 @@ def isfinite(x):
 
 @register(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
 def add_sub(a, b, alpha=1):
-    op = current_graph().current_node.target
+    node = current_graph().current_node
+    op = node.target
+    if op is aten.add.Tensor:
+        fused = mkldnn.fuse_bias(node, a, b)  # a bias after a oneDNN linear: its bias argument
+        if fused is not None:
+            return fused
     name = "add" if op in (aten.add.Tensor, aten.add.Scalar) else "sub"
     if name == "sub":
         _refuse_bool_sub(a, b)

@@ -19,6 +19,12 @@ buffer seen transposed, ``bias`` one value per output column ([N]), and ``M*K*N`
 ``codegen.config.mkldnn_linear_min_macs`` (oneDNN's fixed cost per call loses on small
 matmuls).  ``codegen.config.mkldnn_linear`` turns it off.
 
+A bias added after such a linear without one (``linear`` of a 3-d input that is not
+row-major, e.g. an LSTM's batch-first output: ``view(mm(x, w.t())) + b``) becomes its
+bias argument (:func:`fuse_bias`) when ``b`` is an [N] graph input and nothing else
+reads the linear's result: no kernel pass over it (the LSTM model's decoder: 175 us a
+step, oneDNN's bias ~10).
+
 A ReLU whose input is such a linear's result, used by nothing else (through views),
 becomes the call's post-op (``attr="relu"``, :func:`fuse_relu`): no kernel pass over
 the result and no buffer for it (T5's feed-forward [128, 128] x [128, 512]: 12 us less
@@ -33,7 +39,8 @@ import sympy
 import torch
 
 from . import config
-from .nodes import Buffer, ExternKernel, Layout, ReinterpretView, TensorBox, View, as_strided_view, contiguous_strides
+from .nodes import (Buffer, ExternKernel, InputBuffer, Layout, ReinterpretView, TensorBox, View, as_strided_view,
+                    contiguous_strides)
 
 
 def _eq(a, b) -> bool:
@@ -131,24 +138,57 @@ def linear(bias, mat1, mat2, beta=1, alpha=1):
 _VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default)
 
 
-def fuse_relu(node, x):
-    """``relu(x)`` for the FX ``node`` as ``x`` itself, its producing oneDNN linear
-    given a ReLU post-op, when ``x`` is (a view of) that linear's result and nothing
-    else reads it; None otherwise (then the ReLU is a kernel as usual)."""
-    src = node.args[0] if node.args else None
+def _sole_linear(node, src, box):
+    """The oneDNN linear (no post-op) whose result ``box`` (the FX ``src``, an argument of
+    ``node``) is, through views, when nothing else reads it; else None."""
     while isinstance(src, torch.fx.Node) and src.target in _VIEWS and len(src.users) == 1:
         src = src.args[0]
     if not isinstance(src, torch.fx.Node) or len(src.users) != 1 or node.kwargs:
         return None
     if src.target not in (torch.ops.aten.addmm.default, torch.ops.aten.mm.default):
         return None
-    data = x.data if isinstance(x, TensorBox) else None
+    data = box.data if isinstance(box, TensorBox) else None
     while isinstance(data, View):
         data = data.base.data if isinstance(data.base, TensorBox) else data.base
     if isinstance(data, ReinterpretView):
         data = data.base
     if (not isinstance(data, ExternKernel) or data.op is not torch.ops.mkldnn._linear_pointwise.default
             or list(data.args[3:]) != ["none", [], ""]):
+        return None
+    return data
+
+
+def fuse_bias(node, a, b):
+    """``a + b`` for the FX ``add.Tensor`` ``node`` as the linear's result, that oneDNN
+    linear given ``b`` as its bias, when one operand is (a view of) a linear without a
+    bias that nothing else reads and the other an [N] float32 graph input (its columns'
+    bias: a parameter); None otherwise (then the add is a kernel as usual).  A graph
+    input exists before the linear runs, so the call may read it."""
+    if node.target is not torch.ops.aten.add.Tensor or node.kwargs or len(node.args) != 2:
+        return None
+    for x, src, bias in ((a, node.args[0], b), (b, node.args[1], a)):
+        if not isinstance(bias, TensorBox) or not isinstance(bias.data, InputBuffer):
+            continue
+        data = _sole_linear(node, src, x)
+        if data is None or data.args[2] is not None or bias.dtype != torch.float32:
+            continue
+        n = data.layout.size[1]
+        if len(bias.get_size()) != 1 or not _eq(bias.get_size()[0], n) or not _eq(x.get_size()[-1], n):
+            continue
+        if _row_major(bias) is None:
+            continue
+        data.args = [data.args[0], data.args[1], bias.data, "none", [], ""]
+        view = _viewed(x)
+        return TensorBox(view) if view is not None else x
+    return None
+
+
+def fuse_relu(node, x):
+    """``relu(x)`` for the FX ``node`` as ``x`` itself, its producing oneDNN linear
+    given a ReLU post-op, when ``x`` is (a view of) that linear's result and nothing
+    else reads it; None otherwise (then the ReLU is a kernel as usual)."""
+    data = _sole_linear(node, node.args[0] if node.args else None, x)
+    if data is None:
         return None
     data.args = list(data.args[:3]) + ["relu", [], ""]
     # the result as a strided alias of the linear's buffer (a view realized for a
