@@ -315,8 +315,11 @@ def _many_reads(data: Pointwise, node) -> bool:
     (TorchInductor's ``realize_reads_threshold``), or 3+ and a reduction reads it.  A
     transformer's residual stream ``x + attn + mlp`` was otherwise rebuilt from the
     embedding and every earlier layer's outputs by each layer norm (nanoGPT layer 6
-    read 8 buffers per element), and kernels of identical layers differed."""
-    reads = data.num_reads()
+    read 8 buffers per element), and kernels of identical layers differed.  Broadcast
+    loads (a bias, a row's mean) are not counted: recomputing them costs no memory pass
+    (a layer norm's backward recomputes ``(mm + bias + x - mean) * rstd`` where the
+    partitioner saved a linear's ``mm``, aot/unfuse_addmm.py)."""
+    reads = data.num_reads(broadcast=False)
     if reads > config.realize_reads_threshold:
         return True
     return reads >= 3 and any(getattr(u.target, "overloadpacket", None) in _REDUCTION_OPS for u in node.users)

@@ -130,11 +130,15 @@ class Pointwise(IRNode):
         value = self.inner_fn([sympy.Symbol(f"t{i}", integer=True) for i in range(len(self.size))])
         return _count_ops(value)
 
-    def num_reads(self) -> int:
-        """How many distinct buffers the expression loads (indirect index values included)."""
-        value = self.inner_fn([sympy.Symbol(f"t{i}", integer=True) for i in range(len(self.size))])
+    def num_reads(self, broadcast: bool = True) -> int:
+        """How many distinct buffers the expression loads (indirect index values included).
+        ``broadcast=False`` leaves out direct loads that some dim of size > 1 does not index
+        (a bias vector, a row's mean): one element serves many points, from cache."""
+        syms = [sympy.Symbol(f"t{i}", integer=True) for i in range(len(self.size))]
+        value = self.inner_fn(syms)
         names: set = set()
-        _loaded_names(value, names, set())
+        every = None if broadcast else {s for s, n in zip(syms, self.size) if n != 1}
+        _loaded_names(value, names, set(), every)
         return len(names)
 
     def has_transcendental(self) -> bool:
@@ -157,20 +161,23 @@ def _has_op(v, names, seen) -> bool:
     return False
 
 
-def _loaded_names(v, names: set, seen: set) -> None:
+def _loaded_names(v, names: set, seen: set, every=None) -> None:
+    """Buffers ``v`` loads; with ``every`` (index symbols), only loads that are indirect or
+    whose index uses each of them."""
     if id(v) in seen:
         return
     seen.add(id(v))
     if isinstance(v, Op):
         for a in v.args:
-            _loaded_names(a, names, seen)
+            _loaded_names(a, names, seen, every)
     elif isinstance(v, ir.Masked):
-        _loaded_names(v.body, names, seen)
-        _loaded_names(v.mask, names, seen)
+        _loaded_names(v.body, names, seen, every)
+        _loaded_names(v.mask, names, seen, every)
     elif isinstance(v, Load):
-        names.add(v.buffer)
+        if every is None or v.indirect or every <= v.index.free_symbols:
+            names.add(v.buffer)
         for i in v.indirect:
-            _loaded_names(i.value, names, seen)
+            _loaded_names(i.value, names, seen, every)
 
 
 def _count_ops(v, seen=None) -> int:
