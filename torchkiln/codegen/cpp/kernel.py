@@ -649,12 +649,28 @@ class CppKernel:
         ``_tsum``, blocked as the states): the shifted lane means lose ``eps * |first value
         - mean|`` (``randn``: 194x eager's)."""
         ind, t = scope.indent, vtype(r.dtype)
-        block = Scope(scope, ind + "  ")
-        block.lines += [f"{ind}  const int64_t {v} = 0;" for v in self.k.reduction_vars]
+        scope.lines += [f"{ind}{t} {r.name}_shift = 0;"] + self._first_point(r, scope, f"{r.name}_shift", ind)
+
+    def _first_point(self, r: Reduce, parent, target: str, ind: str, head: str | None = None) -> list[str]:
+        """Lines setting ``target`` to ``r``'s value at the first reduction point when
+        there is one (inside the loop ``head`` when given: a tiled kernel's columns)."""
+        inner = ind + ("    " if head else "  ")
+        block = Scope(parent, inner)
+        block.lines += [f"{inner}const int64_t {v} = 0;" for v in self.k.reduction_vars]
         value = self.emit(r.value, block)
-        numel = " * ".join(f"({cexpr(n)})" for n in self.k.reduction_ranges)
-        scope.lines += [f"{ind}{t} {r.name}_shift = 0;", f"{ind}if ({numel} > 0) {{", *block.lines,
-                        f"{ind}  {r.name}_shift = {value};", f"{ind}}}"]
+        lines = [f"{ind}if ({self._reduction_numel()} > 0) {{"] + ([f"{ind}  {head} {{"] if head else [])
+        lines += block.lines + [f"{inner}{target} = {value};"] + ([f"{ind}  }}"] if head else [])
+        return lines + [f"{ind}}}"]
+
+    def _reduction_numel(self) -> str:
+        return " * ".join(f"({cexpr(n)})" for n in self.k.reduction_ranges)
+
+    def _welford_mean(self, a: str, wmean: str, xsum: str) -> str:
+        """The mean output of a shifted Welford: the values' sum ``xsum`` (double) over
+        their count, unless the lanes' mean ``wmean`` is not finite (an inf or NaN seen:
+        eager's Welford gives NaN there, and so do the lanes)."""
+        numel = self._reduction_numel()
+        return f"(kiln::isfinite({wmean}) && {numel} > 0 ? {xsum} / static_cast<double>({numel}) : {wmean})"
 
     def _welford_combine(self, r: Reduce, counter: str, ind: str, blocked: bool) -> list[str]:
         """Lines merging the Welford lanes of a ``welford`` Reduce into its mean and M2.
@@ -688,14 +704,12 @@ class CppKernel:
                     f"{ind}}}"]
         # the mean from the sum of the values, unless the lanes' is not finite (inf or NaN
         # seen: as eager's Welford, which turns an inf into NaN)
-        numel = " * ".join(f"({cexpr(n)})" for n in self.k.reduction_ranges)
         parts = [f"static_cast<double>({a}_{p}sum[l])" for p in ("l", "t")]
         parts += [f"{a}_d{p}sum[l]" for p in ("l", "t")] if blocked else []
         out += [f"{ind}double {a}_xsum = 0;",
                 f"{ind}for (int64_t l = 0; l < {self.LANES}; l++) {a}_xsum += {' + '.join(parts)};",
                 f"{ind}const double {a}_wmean = static_cast<double>({out_mean}) + {a}_shift;"]
-        final = (f"(kiln::isfinite({a}_wmean) && {numel} > 0 ? {a}_xsum / static_cast<double>({numel}) "
-                 f": {a}_wmean)")
+        final = self._welford_mean(a, f"{a}_wmean", f"{a}_xsum")
         if blocked:
             out.append(f"{ind}const float {mean} = static_cast<float>({final}), {m2} = static_cast<float>({out_m2});")
         else:
@@ -796,9 +810,20 @@ class CppKernel:
                         self.reductions[r.name] = f"static_cast<float>({r.name}_d{lane})"
                     for r in wels:
                         lines.append(f"{indent}double {welford_mean(r.name)}_d[{self.TILE}] = {{}}, "
-                                     f"{welford_m2(r.name)}_d[{self.TILE}] = {{}}, {r.name}_dn = 0;")
-                        for part in (welford_mean(r.name), welford_m2(r.name)):
-                            self.reductions[part] = f"static_cast<float>({part}_d{lane})"
+                                     f"{welford_m2(r.name)}_d[{self.TILE}] = {{}}, {r.name}_xs_d[{self.TILE}] = {{}}, "
+                                     f"{r.name}_dn = 0;")
+                        self.reductions[welford_m2(r.name)] = f"static_cast<float>({welford_m2(r.name)}_d{lane})"
+                for r in loop.body:  # shifted by each column's first value, the mean from the sum (as the lanes)
+                    if r.reduction_type == "welford":
+                        t, mean = vtype(r.dtype), welford_mean(r.name)
+                        lines.append(f"{indent}{t} {r.name}_shift[{self.TILE}] = {{}}, {r.name}_xs[{self.TILE}] = {{}};")
+                        lines += self._first_point(r, None, f"{r.name}_shift{lane}", indent,
+                                                   f"for (int64_t {last} = xb; {last} < xe; {last}++)")
+                        cascaded = split is not None and r in wels
+                        wmean = f"({mean}_d{lane} + {r.name}_shift{lane})" if cascaded else f"({mean}{lane} + {r.name}_shift{lane})"
+                        xsum = (f"({r.name}_xs_d{lane} + {r.name}_xs{lane})" if cascaded
+                                else f"static_cast<double>({r.name}_xs{lane})")
+                        self.reductions[mean] = f"static_cast<{t}>({self._welford_mean(r.name, wmean, xsum)})"
                 outer, block = blocked_nest(k.reduction_vars, k.reduction_ranges, split)
                 olines, bindent = open_loops(outer, indent)
                 rlines, rindent = open_loops(block, bindent)
@@ -817,8 +842,9 @@ class CppKernel:
                     rt = r.reduction_type
                     if rt == "welford":
                         mean, m2 = f"{welford_mean(r.name)}{lane}", f"{welford_m2(r.name)}{lane}"
-                        scope.lines.append(f"{scope.indent}{{ const {vtype(r.dtype)} d = {v} - {mean}; "
-                                           f"{mean} += d * {r.name}_inv; {m2} += d * ({v} - {mean}); }}")
+                        scope.lines.append(f"{scope.indent}{{ const {vtype(r.dtype)} y = {v} - {r.name}_shift{lane}, "
+                                           f"d = y - {mean}; {mean} += d * {r.name}_inv; {m2} += d * (y - {mean}); "
+                                           f"{r.name}_xs{lane} += {v}; }}")
                     elif rt in ("max", "min"):
                         cmp = ">" if rt == "max" else "<"
                         scope.lines.append(f"{scope.indent}{acc} = ({v} {cmp} {acc}) ? {v} : {acc};")
@@ -837,6 +863,8 @@ class CppKernel:
                                   f"{r.name}[i] = 0; }}"]
                     for r in wels:
                         mean, m2 = welford_mean(r.name), welford_m2(r.name)
+                        lines += [f"{bindent}for (int64_t i = 0; i < xe - xb; i++) {{ {r.name}_xs_d[i] += {r.name}_xs[i]; "
+                                  f"{r.name}_xs[i] = 0; }}"]
                         lines += welford_merge([(mean, m2, f"{mean}_d", f"{m2}_d")], f"{r.name}_n", f"{r.name}_dn",
                                                "xe - xb", bindent)
                 lines += close_loops(len(outer), indent)
