@@ -62,6 +62,30 @@ class GuardPart:
         return self._shown
 
 
+KEYED_LISTS = "_torchkiln_keyed_tensor_lists"
+_KEYED_SOURCE = re.compile(r"L\['(\w+)'\]\[\d+\]")
+
+
+def mark_keyed_inputs(fn, *names: str) -> None:
+    """Declare that every call of ``fn`` gets, in each argument ``names[i]``, a list of
+    distinct tensors whose dtype, device and requires_grad its caller's own cache key
+    already fixed: the autograd engine's lifted inputs handed to a compiled backward,
+    where the engine's key holds these three of every lifted tensor and its inputs are
+    distinct tensors (``CompiledNodeArgs::collect(TensorArg)``).  The guard of a frame of
+    ``fn`` then checks neither those three per ``L[name][i]`` nor that they are
+    distinct; type, sizes and strides stay guarded (the engine's key lacks them)."""
+    setattr(fn, KEYED_LISTS, tuple(names))
+
+
+def keyed_by_caller(fn, source: str) -> bool:
+    """Whether ``source`` is an item of a list :func:`mark_keyed_inputs` declared for ``fn``."""
+    names = getattr(fn, KEYED_LISTS, ())
+    if not names:
+        return False
+    m = _KEYED_SOURCE.fullmatch(source)
+    return m is not None and m.group(1) in names
+
+
 class GuardBuilder:
     """Collects guard parts while tracing; ``build()`` generates the guard function."""
 
@@ -74,6 +98,7 @@ class GuardBuilder:
         # past the constants ``env`` names already (a warm-start record's ``___c<n>``)
         self._consts = 1 + max((int(k[4:]) for k in env if k[:4] == "___c" and k[4:].isdigit()), default=-1)
         self.tensor_sources: list[str] = []
+        self.keyed_sources: set[str] = set()  # tensor_match(keyed=True)
         self._lookups: dict[type, set[str]] = {}  # class -> names capture looked up on it
         self._by_id: dict[int, str] = {}  # id(value) -> its constant name (the env keeps it alive)
 
@@ -180,20 +205,25 @@ class GuardBuilder:
         self.type_match(source, value)
         self.add(f"list({source}.keys()) == {self.const(list(value.keys()))}")
 
-    def tensor_match(self, source: str, value: torch.Tensor, fake) -> None:
-        """TENSOR_MATCH on dtype, device, rank, static sizes and strides, requires_grad."""
+    def tensor_match(self, source: str, value: torch.Tensor, fake, keyed: bool = False) -> None:
+        """TENSOR_MATCH on dtype, device, rank, static sizes and strides, requires_grad;
+        ``keyed``: the caller's key fixes dtype, device and requires_grad of ``source``
+        (:func:`mark_keyed_inputs`), so only type, rank, sizes and strides are checked."""
         self.tensor_sources.append(source)
+        if keyed:
+            self.keyed_sources.add(source)
         label = f"tensor '{source}'"
         if type(value) is torch.Tensor:
             self.add(f"type({source}) is ___Tensor", lambda L, s=source: f"{label} type mismatch. expected Tensor")
         else:
             self.add(f"type({source}) is {self.const(type(value))}")
-        dt = self.const(value.dtype)
-        self.add(f"{source}.dtype is {dt}", lambda L, g=self._getter(source), e=value.dtype: (
-            f"{label} dtype mismatch. expected {_DTYPE_NAMES.get(e, e)}, actual {_DTYPE_NAMES.get(g(L).dtype, g(L).dtype)}"))
-        dev = self.const(value.device)
-        self.add(f"{source}.device == {dev}", lambda L, g=self._getter(source), e=value.device: (
-            f"{label} device mismatch. expected {e}, actual {g(L).device}"))
+        if not keyed:
+            dt = self.const(value.dtype)
+            self.add(f"{source}.dtype is {dt}", lambda L, g=self._getter(source), e=value.dtype: (
+                f"{label} dtype mismatch. expected {_DTYPE_NAMES.get(e, e)}, actual {_DTYPE_NAMES.get(g(L).dtype, g(L).dtype)}"))
+            dev = self.const(value.device)
+            self.add(f"{source}.device == {dev}", lambda L, g=self._getter(source), e=value.device: (
+                f"{label} device mismatch. expected {e}, actual {g(L).device}"))
         self.add(f"{source}.dim() == {value.dim()}", lambda L, g=self._getter(source), e=value.dim(): (
             f"{label} rank mismatch. expected {e}, actual {g(L).dim()}"))
         sizes = [s if isinstance(s, int) else None for s in fake.shape]
@@ -209,6 +239,8 @@ class GuardBuilder:
         if all(s is not None for s in strides):
             self.add(f"{source}.stride() == {tuple(strides)!r}", self._seq_reason(source, label, "stride", strides),
                      size_of=(source, "stride"))
+        if keyed:
+            return
         rg = bool(value.requires_grad)
         self.add(f"{source}.requires_grad is {rg}",
                  lambda L: f"{label} requires_grad mismatch. expected requires_grad={int(rg)}")

@@ -1340,7 +1340,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         g.grad_mode(self.initial_grad)
         g.default_dtype(self.entry_state["default_dtype"])
         sources = self.output.tensor_inputs
-        if len(sources) > 1:
+        if len(sources) > 1 and not g.keyed_sources.issuperset(sources):  # keyed ones are distinct
             g.add(f"len({{{', '.join(f'id({s})' for s in sources)}}}) == {len(sources)}",
                   lambda L: "tensor inputs alias each other (duplicate inputs)")
         self._shape_env_guards(g)

@@ -66,6 +66,7 @@ from ..config import config
 from ..utils.counters import counters
 from ..utils.nogc import nogc
 from .frame import CacheEntry, LazyLocal, bind_locals
+from .guards import KEYED_LISTS
 from .source import hoist_shared_prefixes
 
 log = logging.getLogger("torchkiln.cache")
@@ -125,6 +126,9 @@ def frame_key(fn: types.FunctionType, protocol, fullgraph: bool, dynamic) -> str
             "capture_config": keys.config_description(config), "backend": protocol.key_parts(),
             "fullgraph": bool(fullgraph),
             "dynamic": [dynamic.assume_static, sorted([k, sorted(map(str, v))] for k, v in dynamic.dynamic_dims.items())]}
+    keyed = getattr(fn, KEYED_LISTS, ())
+    if keyed:  # its records lack the guards that the caller's key stands for
+        desc["keyed_inputs"] = list(keyed)
     return "frame" + keys.digest(desc)[:48]
 
 

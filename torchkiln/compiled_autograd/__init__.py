@@ -33,6 +33,7 @@ import torch
 
 from ..capture import compile as _compile
 from ..capture.eval_frame import register_compiled_autograd, register_reset_hook
+from ..capture.guards import mark_keyed_inputs
 from ..config import config
 from . import logs, protocol, state
 
@@ -152,8 +153,14 @@ def compiler_fn_for_backend(backend, *, fullgraph: bool = False, dynamic: bool |
     a graph compiled static skips the size arithmetic and the size guards per call.
     The graph's ``forward`` is compiled as a bound method, not the module through an
     ``OptimizedModule``: the same capture and guards, without the module-call layers
-    (its hook checks) on every backward."""
+    (its hook checks) on every backward.  For a graph the engine's capture made, its
+    guard leaves out dtype, device and requires_grad of each ``inputs[i]`` and their
+    distinctness: the engine's cache key already holds the first three of every lifted
+    tensor, its lifted tensors are distinct, and the compiled function is called only
+    for that key (``capture.guards.mark_keyed_inputs``)."""
     def compiler_fn(gm):
+        if getattr(gm, "_torchkiln_engine_graph", False):
+            mark_keyed_inputs(type(gm).forward, "inputs")
         with config.patch(compiled_autograd=False):  # the backward graph has no backward inside
             return _compile(gm.forward, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
 

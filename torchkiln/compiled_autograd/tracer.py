@@ -223,6 +223,7 @@ class AutogradCapture:
         used_sizes = self._remove_unused_sizes()
         used_inputs = self._remove_unused_inputs()
         gm = torch.fx.GraphModule(self.tracer.root, self.tracer.graph, f"CompiledAutograd{self.id}")
+        gm._torchkiln_engine_graph = True  # called only by the engine, for its key (compiler_fn_for_backend)
         records = [rec.finish(self.post_acc_hooks.get(rec.input_index, [])) for rec in self.accumulates]
         logs.log_graph(gm, self.id, records, self.verbose, used_inputs)
         wrapper = runtime.CompiledBackward(len(results), records, [h for h, _ in self.deferred_cpp_hooks],

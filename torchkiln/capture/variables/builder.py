@@ -110,12 +110,13 @@ def wrap_tensor(tx, value: torch.Tensor, source: str):
         for d, s in enumerate(fake.shape):
             if not isinstance(s, int):
                 out.symbol_sources.setdefault(s.node.expr, (source, d))
+    from ..guards import keyed_by_caller
     from ..output_graph import forbid_data_ptr
 
     forbid_data_ptr(fake)
     node = out.add_placeholder(source, value, fake)
     vt = TensorVariable(node, fake, source, type(value))
-    out.guards.tensor_match(source, value, fake)
+    out.guards.tensor_match(source, value, fake, keyed=keyed_by_caller(tx.root.fn, source))
     out.id_cache[id(value)] = vt
     out.tensor_inputs.append(source)
     return vt
