@@ -66,9 +66,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     if args.ungrouped:
-        import torchkiln
+        from torchkiln.codegen import config
 
-        torchkiln.codegen.config.kernel_profile = True
+        config.kernel_profile = True
     from torchkiln.bench import run as R
     from torchkiln.bench.models import build
 
