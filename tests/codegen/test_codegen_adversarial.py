@@ -248,11 +248,16 @@ def test_eager_refuses_so_does_kiln(backend, backend_device):
     b, i = torch.tensor([True, False], device=backend_device), torch.tensor([3, -4], device=backend_device)
     h = torch.tensor([1.0, 2.0], dtype=torch.float16, device=backend_device)
     for name, fn in EAGER_REFUSES.items():
-        with pytest.raises((RuntimeError, NotImplementedError)) as eager:
-            fn(b, i, h)
         torchkiln.reset()
-        with pytest.raises(eager.type, match=re.escape(str(eager.value).split(" ")[0])):
-            torchkiln.compile(fn)(b, i, h)
+        try:
+            expected = fn(b, i, h)
+        except (RuntimeError, NotImplementedError) as eager:
+            with pytest.raises(type(eager), match=re.escape(str(eager).split(" ")[0])):
+                torchkiln.compile(fn)(b, i, h)
+            continue
+        # CUDA's eager kernels take some of these (on the H100, torch 2.11): then kiln gives their answer
+        assert backend_device != "cpu", f"{name}: eager's CPU kernels refuse it"
+        torch.testing.assert_close(torchkiln.compile(fn)(b, i, h), expected, equal_nan=True, msg=lambda m: f"{name}: {m}")
     # what eager takes still compiles, to its answer; (fixed) Triton added bools in int1: True + True gave False;
     # (fixed) b ** True is bool in eager, the meta kernel says int64 and so did the graph
     check(lambda b, i, h: (b.pow(True), b.pow(False) * 1, b.pow(2), b.clamp(max=b), i.round(), torch.lerp(h, h * 2, 0.5), h.masked_fill(b, 65504.0),
