@@ -8,7 +8,8 @@ not decomposed (:mod:`.decompositions`) and is lowered to an extern call of its 
 kernel (:mod:`.graph`), which raises eager's own error when the compiled graph runs.
 Refusing more than eager does is safe (an extern call computes eager's answer); refusing
 less is a silent wrong answer, so each entry names what eager refuses, from its CPU
-kernels (torch 2.13; CUDA's refuse the same or more)."""
+kernels (torch 2.13).  CUDA's kernels accept some of these (torch 2.11 on the H100); the
+extern call then gives their answer."""
 from __future__ import annotations
 
 import math
