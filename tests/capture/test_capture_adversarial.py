@@ -342,3 +342,15 @@ CASES = {name[1:]: fn for name, fn in globals().items() if name.startswith("_") 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_compiled_like_cpython(name):
     check(CASES[name])
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_bool_pow_bool_is_bool(backend):
+    # (fixed) the meta kernel reads a bool exponent as an int: b ** True was int64 in the
+    # graph, so a dtype read in the frame (y.dtype == torch.bool) was False; eager: bool
+    def f(b):
+        y, z, w = b ** True, torch.pow(b, False), b.pow(True)
+        return y, z, w, y.dtype == torch.bool, z.dtype, w.dtype, (b.int() ** True).dtype
+    b = torch.tensor([True, False])
+    torchkiln.reset()
+    assert _same(list(torchkiln.compile(f, backend=backend)(b)), list(f(b)))

@@ -134,6 +134,9 @@ class OutputGraph:
         return self._call(tx, "call_method", name, args, kwargs)
 
     def _call(self, tx, op, target, args, kwargs):
+        rewrite = _bool_pow_bool(op, target, args, kwargs)
+        if rewrite is not None:
+            return self._call(tx, "call_function", *rewrite)
         node_args, fake_args = zip(*[self._map(a) for a in args]) if args else ((), ())
         node_kwargs = {}
         fake_kwargs = {}
@@ -287,6 +290,29 @@ def _is_impure(node) -> bool:
         return target._schema.is_mutable
     name = getattr(target, "__name__", "")
     return name.endswith("_") and not name.endswith("__")
+
+
+_POW_FUNCTIONS = (torch.pow, operator.pow, torch.Tensor.pow, torch.Tensor.__pow__)
+
+
+def _bool_pow_bool(op, target, args, kwargs):
+    """``b ** True`` and ``b ** False`` of a bool tensor ``b`` as the calls that give
+    eager's answer, bool both (a copy of ``b``; all True): the meta kernel reads the bool
+    exponent as an int and says int64, so ``y.dtype`` read in the frame differed from
+    eager's.  Returns ``(target, args, kwargs)`` of the replacement call, or None."""
+    if kwargs or len(args) != 2:
+        return None
+    if op == "call_method":
+        if target not in ("pow", "__pow__"):
+            return None
+    elif not any(target is f for f in _POW_FUNCTIONS):
+        return None
+    base, exponent = args
+    fake = getattr(base, "example", None)
+    if not (isinstance(fake, torch.Tensor) and fake.dtype == torch.bool and exponent.is_python_constant()
+            and type(exponent.as_python_constant()) is bool):
+        return None
+    return (torch.clone if exponent.as_python_constant() else torch.ones_like), (base,), {}
 
 
 def forbid_data_ptr(fake) -> None:
