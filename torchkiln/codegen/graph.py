@@ -319,7 +319,7 @@ def _many_reads(data: Pointwise, node) -> bool:
     loads (a bias, a row's mean) are not counted: recomputing them costs no memory pass
     (a layer norm's backward recomputes ``(mm + bias + x - mean) * rstd`` where the
     partitioner saved a linear's ``mm``, aot/unfuse_addmm.py)."""
-    reads = data.num_reads(broadcast=False)
+    reads = data.num_reads()
     if reads > config.realize_reads_threshold:
         return True
     return reads >= 3 and any(getattr(u.target, "overloadpacket", None) in _REDUCTION_OPS for u in node.users)

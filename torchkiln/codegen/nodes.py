@@ -130,15 +130,13 @@ class Pointwise(IRNode):
         value = self.inner_fn([sympy.Symbol(f"t{i}", integer=True) for i in range(len(self.size))])
         return _count_ops(value)
 
-    def num_reads(self, broadcast: bool = True) -> int:
-        """How many distinct buffers the expression loads (indirect index values included).
-        ``broadcast=False`` leaves out direct loads that some dim of size > 1 does not index
-        (a bias vector, a row's mean): one element serves many points, from cache."""
+    def num_reads(self) -> int:
+        """How many distinct buffers the expression loads (indirect index values included),
+        leaving out direct loads that some dim of size > 1 does not index (a bias vector, a
+        row's mean): one element serves many points, from cache."""
         syms = [sympy.Symbol(f"t{i}", integer=True) for i in range(len(self.size))]
-        value = self.inner_fn(syms)
         names: set = set()
-        every = None if broadcast else {s for s, n in zip(syms, self.size) if n != 1}
-        _loaded_names(value, names, set(), every)
+        _loaded_names(self.inner_fn(syms), names, set(), {s for s, n in zip(syms, self.size) if n != 1})
         return len(names)
 
     def has_transcendental(self) -> bool:
@@ -161,9 +159,8 @@ def _has_op(v, names, seen) -> bool:
     return False
 
 
-def _loaded_names(v, names: set, seen: set, every=None) -> None:
-    """Buffers ``v`` loads; with ``every`` (index symbols), only loads that are indirect or
-    whose index uses each of them."""
+def _loaded_names(v, names: set, seen: set, every: set) -> None:
+    """Buffers ``v`` loads whose index is indirect or uses each symbol of ``every``."""
     if id(v) in seen:
         return
     seen.add(id(v))
@@ -174,7 +171,7 @@ def _loaded_names(v, names: set, seen: set, every=None) -> None:
         _loaded_names(v.body, names, seen, every)
         _loaded_names(v.mask, names, seen, every)
     elif isinstance(v, Load):
-        if every is None or v.indirect or every <= v.index.free_symbols:
+        if v.indirect or every <= v.index.free_symbols:
             names.add(v.buffer)
         for i in v.indirect:
             _loaded_names(i.value, names, seen, every)
