@@ -26,7 +26,7 @@ config = Config(
     # A pointwise value read by several consumers is stored to memory (not recomputed)
     # when its expression has more operations than this.
     realize_ops_threshold=24,
-    # ... or (Triton kernels) when it loads more buffers than this (graph._many_reads).
+    # ... or when it loads more buffers than this (graph._many_reads).
     realize_reads_threshold=4,
     # Indirect indices (gather, embedding, x[i], scatter, index_put...) are checked in
     # the kernels: out of range raises as in eager (IndexError/RuntimeError).  Read when
