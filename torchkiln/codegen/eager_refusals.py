@@ -125,6 +125,61 @@ def _half_or_integral(x, *a, **k) -> bool:
     return x.dtype in _INTEGRAL or x.dtype == torch.float16
 
 
+def _tensor(v) -> bool:
+    return isinstance(v, torch.Tensor)
+
+
+def _same_dtype_args(*positions):
+    """Kernels that read the tensor arguments at ``positions`` in the first argument's
+    dtype and refuse another ("expected scalar type Float but found Double", addmv,
+    heaviside, linalg_cross); a decomposition promoted them instead (and for
+    ``binary_cross_entropy``'s weight, ``soft_margin_loss``/``huber_loss``'s target gave a
+    float64 result where eager's is the input's float32)."""
+    def check(x, *a, **k) -> bool:
+        others = [a[i - 1] for i in positions if i - 1 < len(a)]
+        return any(_tensor(o) and o.dtype != x.dtype for o in others)
+    return check
+
+
+def _float_only_same_dtype(*positions):
+    same = _same_dtype_args(*positions)
+    integral = _integral_result(1)
+    return lambda *a, **k: integral(*a, **k) or same(*a, **k)
+
+
+def _nll_loss(x, target, weight=None, *a, **k) -> bool:
+    """nll_loss: a float input, a Long or Byte target, a weight of the input's dtype."""
+    return (x.dtype in _INTEGRAL or target.dtype not in (torch.int64, torch.uint8)
+            or _tensor(weight) and weight.dtype != x.dtype)
+
+
+def _multi_margin_loss(x, target, p=1, margin=1, weight=None, *a, **k) -> bool:
+    """multi_margin_loss: a float (not half) input, a Long target, a weight of the input's dtype."""
+    return (_half_or_integral(x) or target.dtype != torch.int64
+            or _tensor(weight) and weight.dtype != x.dtype)
+
+
+def _norm_params(*positions):
+    """native_layer_norm / native_group_norm on CPU: weight and bias of the input's dtype,
+    or float32 ones with a bfloat16/float16 input (its mixed-type kernel)."""
+    def check(x, *a, **k) -> bool:
+        if x.dtype in _INTEGRAL:
+            return True
+        for i in positions:
+            p = a[i - 1] if i - 1 < len(a) else None
+            if _tensor(p) and p.dtype != x.dtype and not (
+                    x.dtype in (torch.bfloat16, torch.float16) and p.dtype == torch.float32):
+                return True
+        return False
+    return check
+
+
+def _index_put(x, indices, values, *a, **k) -> bool:
+    """index_put refuses values of another dtype ("Index put requires the source and
+    destination dtypes match"); the lowering converted them."""
+    return _tensor(values) and values.dtype != x.dtype
+
+
 def _integer_addcdiv(x, t1, t2, **k) -> bool:
     """addcdiv refuses integer division (both divided tensors integral)."""
     return all(t.dtype in _INTEGRAL for t in (t1, t2))
@@ -143,14 +198,14 @@ _FLOAT_ONLY = {"frac": 1, "hypot": 2, "_softmax": 1, "_log_softmax": 1, "gelu": 
                "hardswish": 1, "hardsigmoid": 1, "softplus": 1, "mish": 1, "logaddexp": 2,
                "logaddexp2": 2, "lerp": 1, "elu": 1, "leaky_relu": 1, "glu": 1, "softshrink": 1,
                "hardshrink": 1, "log_sigmoid_forward": 1, "mse_loss": 2, "smooth_l1_loss": 2,
-               "huber_loss": 2, "binary_cross_entropy": 2, "native_layer_norm": 1, "nextafter": 2,
+                "nextafter": 2,
                "round.decimals": 1, "rrelu_with_noise": 1, "logcumsumexp": 1, "native_batch_norm": 1,
                "_native_batch_norm_legit": 1, "_native_batch_norm_legit_no_training": 1,
-               "_native_batch_norm_legit_functional": 1, "native_group_norm": 1, "_fused_rms_norm": 1,
+               "_native_batch_norm_legit_functional": 1, "_fused_rms_norm": 1,
                "max_pool1d": 1, "_adaptive_avg_pool2d": 1, "_adaptive_avg_pool3d": 1,
                "adaptive_max_pool2d": 1, "adaptive_max_pool3d": 1, "im2col": 1, "col2im": 1,
-               "nll_loss_forward": 1, "nll_loss2d_forward": 1, "_prelu_kernel": 1, "_cdist_forward": 1,
-               "_pdist_forward": 1, "max_unpool2d": 1, "max_unpool3d": 1, "soft_margin_loss": 1,
+               "_prelu_kernel": 1, "_cdist_forward": 1,
+               "_pdist_forward": 1, "max_unpool2d": 1, "max_unpool3d": 1,
                "upsample_linear1d": 1, "upsample_trilinear3d": 1, "histc": 1, "celu": 1, "selu": 1}
 
 _BY_NAME = {
@@ -162,10 +217,15 @@ _BY_NAME = {
                                       "_upsample_nearest_exact1d", "_upsample_nearest_exact2d",
                                       "_upsample_nearest_exact3d", "upsample_bilinear2d",
                                       "upsample_bicubic2d", "_upsample_bilinear2d_aa")},
-    "multi_margin_loss": _half_or_integral, "multilabel_margin_loss_forward": _half_or_integral,
+    "multi_margin_loss": _multi_margin_loss, "multilabel_margin_loss_forward": _half_or_integral,
+    "nll_loss_forward": _nll_loss, "nll_loss2d_forward": _nll_loss,
+    "native_layer_norm": _norm_params(2, 3), "native_group_norm": _norm_params(1, 2),
+    "binary_cross_entropy": _float_only_same_dtype(1, 2), "huber_loss": _float_only_same_dtype(1),
+    "soft_margin_loss": _float_only_same_dtype(1),
+    **{op: _same_dtype_args(1) for op in ("mv", "heaviside", "linalg_cross")},
     "special_log_ndtr": lambda x, *a, **k: x.dtype == torch.float16,
     "add.Tensor": _alpha, "sub.Tensor": _alpha, "add.Scalar": _alpha, "sub.Scalar": _alpha,
-    "masked_fill": _masked_fill, "arange": _arange_dtype,
+    "masked_fill": _masked_fill, "arange": _arange_dtype, "index_put": _index_put, "index_put_": _index_put,
 }
 
 
@@ -212,9 +272,27 @@ def _float_only_call(*args, **kwargs) -> bool:
     return x is not None and x.dtype in _INTEGRAL
 
 
-def _half_or_integral_call(*args, **kwargs) -> bool:
+def _multi_margin_loss_call(*args, **kwargs) -> bool:
     x = _input(args, kwargs)
-    return x is not None and (x.dtype in _INTEGRAL or x.dtype == torch.float16)
+    target = args[1] if len(args) > 1 else kwargs.get("target")
+    weight = args[4] if len(args) > 4 else kwargs.get("weight")
+    return x is not None and _multi_margin_loss(x, target, weight=weight)
+
+
+def _mixed_dtypes_call(*args, **kwargs) -> bool:
+    """Losses whose kernels compute in the input's dtype (and refuse a target of another:
+    binary_cross_entropy) where the meta kernels promote: a float64 target or weight of a
+    float32 input gave a float64 loss, eager's is float32."""
+    x = _input(args, kwargs)
+    others = [v for v in list(args[1:]) + list(kwargs.values()) if isinstance(v, torch.Tensor)]
+    return x is not None and any(o.dtype != x.dtype for o in others)
+
+
+def _always(*args, **kwargs) -> bool:
+    """torch's decomposition of multilabel_margin_loss counts the labels after a target's
+    first -1 (eager's kernel stops there): 1.61 where eager says 0.94 for the target row
+    [1, -1, 0]; it runs at the Autograd key, so no table entry keeps the ATen kernel."""
+    return True
 
 
 def _interpolate_call(mode="nearest"):
@@ -235,15 +313,20 @@ def _max_pool1d_call(*args, **kwargs) -> bool:
 
 
 def _torch_level() -> dict:
-    F = torch.nn.functional
+    F, nn = torch.nn.functional, torch._C._nn
     return {
         F.hardshrink: _float_only_call, torch.hardshrink: _float_only_call, "hardshrink": _float_only_call,
         F.softshrink: _float_only_call, F.batch_norm: _float_only_call, F.instance_norm: _float_only_call,
         torch.batch_norm: _float_only_call, torch.instance_norm: _float_only_call,
         F.interpolate: _interpolate_call(), F.upsample: _interpolate_call(), F.upsample_nearest: _interpolate_call(),
         F.upsample_bilinear: _interpolate_call("bilinear"), F.max_pool1d: _max_pool1d_call,
-        torch.max_pool1d: _max_pool1d_call, F.multi_margin_loss: _half_or_integral_call,
-        F.multilabel_margin_loss: _half_or_integral_call,
+        torch.max_pool1d: _max_pool1d_call, F.multi_margin_loss: _multi_margin_loss_call,
+        F.multilabel_margin_loss: _always, F.soft_margin_loss: _mixed_dtypes_call,
+        F.huber_loss: _mixed_dtypes_call, F.binary_cross_entropy: _mixed_dtypes_call,
+        # the bindings the F functions call (a compiled F function's own frame records these)
+        nn.multi_margin_loss: _multi_margin_loss_call, nn.multilabel_margin_loss: _always,
+        nn.soft_margin_loss: _mixed_dtypes_call, nn.huber_loss: _mixed_dtypes_call,
+        nn.binary_cross_entropy: _mixed_dtypes_call,
     }
 
 
