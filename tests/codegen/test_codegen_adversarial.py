@@ -312,8 +312,11 @@ def test_integer_pow_of_negative_exponent_raises():  # (fixed) gave 0 where eage
         torchkiln.compile(lambda b: b.pow(-1) + 1)(torch.tensor([1, 2, 3]))
 
 
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
-def test_integer_division_by_minus_one_and_zero(dtype):  # (fixed) SIGFPE killed the process
+def test_integer_division_by_minus_one_and_zero(dtype, backend, backend_device):  # (fixed) SIGFPE killed the process
+    # CPU tensors on both backends (CUDA's eager does not raise on a zero divisor). (fixed) Triton kernels on CPU
+    # tensors returned a value for a zero divisor (they have no divisor check): ATen's kernel runs
     lo = -2**63 if dtype == torch.int64 else -2**31
     a, b = torch.tensor([lo, 5, -7], dtype=dtype), torch.tensor([-1, -1, 2], dtype=dtype)
     check(lambda a, b: (a // b, a % b, torch.fmod(a, b), torch.remainder(a, -1), a // -1), a, b)

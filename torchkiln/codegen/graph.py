@@ -18,6 +18,8 @@ from .eager_refusals import eager_refuses
 from .lowering import fallback_handler, lowerings, make_extern
 from .nodes import InputBuffer, Layout, Pointwise, Reduction, TensorBox, to_sympy
 
+aten = torch.ops.aten
+
 
 UNBACKED_HINT = 8192  # example size of an unbacked symbol (as TorchInductor's unbacked_symint_fallback)
 
@@ -156,7 +158,7 @@ class GraphLowering:
         if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)) and not isinstance(val, torch.Tensor):
             return to_sympy(val)
         lower = lowerings.get(node.target)
-        if lower is None or _has_non_kernel_dtype(node) or _eager_refuses(node):
+        if lower is None or _has_non_kernel_dtype(node) or _eager_refuses(node) or _unchecked_zero_division(node):
             lower = fallback_handler
         result = lower(*args, **kwargs)
         if isinstance(result, TensorBox) and isinstance(val, torch.Tensor):
@@ -294,6 +296,26 @@ def _eager_refuses(node) -> bool:
     meta = lambda v: v.meta.get("val")  # noqa: E731
     args = torch.fx.node.map_arg(node.args, meta)
     return eager_refuses(node.target, args, torch.fx.node.map_arg(node.kwargs, meta))
+
+
+_INTEGER_DIVISIONS = (aten.div, aten.floor_divide, aten.remainder, aten.fmod)
+
+
+def _unchecked_zero_division(node) -> bool:
+    """An integer division or remainder by a divisor that may be 0, of CPU tensors under
+    Triton kernels (``cpu_backend="triton"``, a test mode): eager's CPU kernels raise
+    ZeroDivisionError and Triton kernels have no divisor check (C++ kernels have one), so
+    its ATen kernel runs instead.  CUDA's eager kernels do not raise: kernels there keep
+    it, at no cost."""
+    if getattr(node.target, "overloadpacket", None) not in _INTEGER_DIVISIONS:
+        return False
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.device.type != "cpu" or config.cpu_backend != "triton":
+        return False
+    if val.dtype.is_floating_point or val.dtype.is_complex:
+        return False  # true division, or a float operand
+    divisor = node.args[1] if len(node.args) > 1 else node.kwargs.get("other")
+    return not (isinstance(divisor, (int, bool)) and divisor != 0)
 
 
 def _has_non_kernel_dtype(node) -> bool:
