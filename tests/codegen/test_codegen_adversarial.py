@@ -394,3 +394,12 @@ def test_max_over_a_size_zero_dim_after_a_dynamic_compile_raises():  # (fixed) g
     for fn, x in ((g, torch.randn(0, 2)), (torchkiln.compile(lambda x: x.argmin(1)), torch.randn(2, 0))):
         with pytest.raises(IndexError):
             fn(x)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_integer_to_half_and_bfloat16(backend, backend_device):
+    # (fixed) Triton 3.9's interpreter bitcast an integer to bfloat16 (-8 gave NaN, 127 1e-38): the
+    # conversion goes through float32, as eager's; past 2**24 that rounds as eager does too
+    x = torch.tensor([-8, -1, 0, 1, 5, 127, -128, 2**24 + 1, 2**31 - 1], device=backend_device)
+    check(lambda x: (x.bfloat16(), x.half(), x.int().bfloat16(), x.to(torch.int8).bfloat16() + 1, x.bool().bfloat16()), x,
+          device=backend_device)

@@ -290,7 +290,9 @@ class KernelRenderer:
             if dt == torch.bool:
                 return f"({a[0]} != 0)"
             if dt in (torch.float16, torch.bfloat16):
-                return f"{a[0]}.to({tl_dtype(dt)}).to(tl.float32)"
+                # through float32, as eager's conversions (c10's Half/BFloat16 are made from a
+                # float); Triton 3.9's interpreter also bitcast an integer to bfloat16 (-8 gave NaN)
+                return f"{a[0]}.to(tl.float32).to({tl_dtype(dt)}).to(tl.float32)"
             return f"{a[0]}.to({cdt})"
         if name == "add" and dt == torch.bool:  # int1 ``+`` wraps (True + True gave False)
             return f"({a[0]} | {a[1]})"
