@@ -203,12 +203,17 @@ def test_int64_offsets_of_a_large_expanded_input():
     check(lambda x, y: (x.expand(2**17, 2**17)[-1, -3:] + 1, x.expand(2**17, 2**17)[-2:, -2:] + y[-2:]), x, y)
 
 
-@pytest.mark.xfail(reason="signed zeros: compiled max/min/clamp/relu pick +0.0 or -0.0 differently from eager's "
-                          "kernel (eager itself differs between its vectorized and scalar paths; torch.compile "
-                          "gives the same as torchkiln)")
-def test_clamp_keeps_negative_zero():
-    check(lambda x: x.clamp(min=0.0), torch.tensor([-0.0, -1.0, 0.0]))
-    assert torch.signbit(torchkiln.compile(lambda x: x.clamp(min=0.0))(torch.tensor([-0.0])))
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_clamp_keeps_negative_zero(backend, backend_device):
+    # (fixed) a scalar bound equal to the value gives the value, as eager's ``v < lo ? lo : v`` (its vector and
+    # scalar paths agree for scalar bounds; torch.compile gives the bound): clamp(min=0.0) of -0.0 gave 0.0
+    x = torch.tensor([-0.0, -1.0, 0.0, float("nan")] * 17, device=backend_device)
+    fns = (lambda x: x.clamp(min=0.0), lambda x: x.clamp(max=-0.0), lambda x: x.clamp(0.0, 1.0), lambda x: x.relu(),
+           lambda x: torch.nn.functional.hardtanh(x, 0.0, 1.0), lambda x: torch.nn.functional.relu6(x))
+    for fn in fns:
+        torchkiln.reset()
+        out, ref = torchkiln.compile(fn)(x), fn(x)
+        assert torch.equal(torch.signbit(out), torch.signbit(ref)) and torch.equal(out.isnan(), ref.isnan()), (out, ref)
 
 
 EAGER_REFUSES = {  # (fixed) eager's kernels refuse these dtypes or values, the fake kernels do not: the

@@ -304,10 +304,12 @@ def _clamp(x, lo, hi):
     def fn(v, *bounds):
         v = cast(v, cdt)
         bl = list(bounds)
+        # NaN-propagating, as clamp; the bound first: a bound equal to v gives v, as eager's
+        # ``v < lo ? lo : v`` (clamp(min=0.0) of -0.0 is -0.0, clamp(max=-0.0) of 0.0 is 0.0)
         if lo is not None:
-            v = Op("maximum", (v, cast(bl.pop(0), cdt)), cdt)  # NaN-propagating, as clamp
+            v = Op("maximum", (cast(bl.pop(0), cdt), v), cdt)
         if hi is not None:
-            v = Op("minimum", (v, cast(bl.pop(0), cdt)), cdt)
+            v = Op("minimum", (cast(bl.pop(0), cdt), v), cdt)
         return v
 
     return pointwise(fn, x, *[b for b in (lo, hi) if b is not None])
