@@ -408,3 +408,17 @@ def test_integer_to_half_and_bfloat16(backend, backend_device):
     x = torch.tensor([-8, -1, 0, 1, 5, 127, -128, 2**24 + 1, 2**31 - 1], device=backend_device)
     check(lambda x: (x.bfloat16(), x.half(), x.int().bfloat16(), x.to(torch.int8).bfloat16() + 1, x.bool().bfloat16()), x,
           device=backend_device)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_zero_size_multi_dim_kernels_compile(backend, backend_device):
+    # (fixed) a Triton kernel over several dims, one of size 0, split its flat index by a stride of 0:
+    # ZeroDivisionError in codegen, and the graph fell back to eager (OpInfo roll and eye of 0 elements)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check(lambda x: (torch.roll(x, 0, 0), x.transpose(0, 2) + 1), torch.empty(0, 0, 0), device=backend_device)
+        check(lambda x: (x.t() + 1, (x + 1).sum(0), torch.eye(0, device=x.device) + x.sum()), torch.ones(0, 3),
+              device=backend_device)
+    assert not [w for w in caught if "torchkiln" in str(w.message)], [str(w.message) for w in caught]

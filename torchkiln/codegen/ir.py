@@ -316,6 +316,8 @@ def split_flat_index(flat: sympy.Expr, ranges) -> list[sympy.Expr]:
 
     out = []
     stride = sympy.Integer(1)
+    if any(r == 0 for r in ranges):  # no point to index (a kernel over 0 elements): any split
+        ranges = [sympy.Integer(1)] * len(ranges)
     for i in reversed(range(len(ranges))):
         if i == 0:
             out.append(FloorDiv(flat, stride) if stride != 1 else flat)
