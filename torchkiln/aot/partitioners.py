@@ -30,6 +30,7 @@ from torch.fx.experimental.symbolic_shapes import resolve_unbacked_bindings
 
 from .cse import cse_graph, output_storages
 from .fakes import shape_env_of
+from .scatter_accumulate import rewrite_accumulate_into_addend
 from .scatter_const import rewrite_scatter_of_constant
 from .unfuse_addmm import unfuse_bias_addmm
 
@@ -304,6 +305,7 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
     except ImportError:  # pragma: no cover - networkx is a dependency
         return default_partition(joint_gm, joint_inputs, num_fwd_outputs=num_fwd_outputs)
     rewrite_scatter_of_constant(joint_gm)
+    rewrite_accumulate_into_addend(joint_gm)
     _drop_internal_clones(joint_gm)
     unfuse_bias_addmm(joint_gm)
     cse, merged = cse_graph(joint_gm.graph, output_storages(_outputs(joint_gm)[:num_fwd_outputs]))

@@ -1351,13 +1351,12 @@ def _fresh_copy(x: TensorBox):
     """A new buffer holding ``x`` (contiguous), that a scatter then writes into; or
     ``x``'s own buffer when the node being lowered is its only reader (a chain of
     ``out = out.index_add(...)``: each writes into the last one's buffer, as
-    TorchInductor's reinplacing of scatters does, instead of copying it first)."""
-    data = x.data
-    node = current_graph().current_node
-    arg = node.args[0] if node is not None and node.args else None
-    if (isinstance(data, ComputedBuffer) and not isinstance(data, MutationBuffer) and isinstance(arg, torch.fx.Node)
-            and len(arg.users) == 1 and _uses_of(node, arg) == 1):  # (not also the values: x.index_add(0, i, x))
-        return data
+    TorchInductor's reinplacing of scatters does, instead of copying it first; a tied
+    embedding's rows scattered into the LM head's weight-gradient matmul output,
+    aot/scatter_accumulate.py): :func:`_dying_own_buffer`."""
+    own = _dying_own_buffer(x)
+    if own is not None:
+        return own
     load = x.make_loader()
     copy = TensorBox(Pointwise(list(x.get_size()), x.dtype, x.device, load))
     return copy.realize()
