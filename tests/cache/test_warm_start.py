@@ -197,3 +197,18 @@ def test_str_set_order_is_not_recorded():
         expected = fn(torch.ones(2))
         assert all(torch.equal(a, b) for a, b in zip(out, expected)) if isinstance(out, list) else torch.equal(out, expected)
         assert counters["warm_start"]["saved"] == saved, (fn.__name__, dict(counters["warm_start"]))
+
+
+def test_record_parts_keep_the_relation_flag():
+    """A ShapeEnv relation's part is recorded ``[code, size_of, True]`` and read back as a
+    relation (automatic dynamic passes over a failing one); two-item parts stay readable."""
+    from torchkiln.capture.warm_start import NotRecordable, _part, _record_guard
+
+    parts = [["L['s'][0] == 3", ["L['s'][0]", "value"]], ["L['s'][1] == 7 - L['s'][2]", None, True]]
+    assert [_part(p)[2] for p in parts] == [False, True]
+    guard, _, _ = _record_guard({}, parts, [], [], {"s": [3, 4, 3]})
+    assert [p.relation for p in guard._parts] == [False, True]
+    assert guard.check({"s": [3, 4, 3]}) and not guard.check({"s": [3, 5, 3]})
+    for bad in (["x"], ["x", None, False], ["x", None, True, 1]):
+        with pytest.raises(NotRecordable):
+            _part(bad)

@@ -68,6 +68,19 @@ def test_automatic_dynamic_int_items_past_a_failing_relation():
     assert cnt.frame_count == 3  # static, then items 0 and 1 symbolic, then item 2 too
 
 
+def test_automatic_dynamic_failing_relation_makes_the_whole_list_symbolic():
+    """Once a relation of the list's items fails (another item changed while the sum
+    stayed), every int item of that list goes symbolic: the MoE's split sizes change a
+    few experts at a time, and one recompile per newly changed item filled
+    cache_size_limit (8 experts, 6 recompiles)."""
+    cnt = CompileCounter()
+    cf = torchkiln.compile(split_by, backend=cnt)
+    x = torch.randn(24)
+    for sizes in ([4] * 6, [5, 3, 4, 4, 4, 4], [5, 3, 3, 5, 4, 4], [5, 3, 3, 5, 2, 6], [2, 2, 9, 3, 2, 6]):
+        assert same(cf(x, sizes), split_by(x, sizes))
+    assert cnt.frame_count == 3  # static, items 0 and 1, then the whole list (was 4: items 4, 5 later)
+
+
 def test_dynamic_false_recompiles_per_size():
     cnt = CompileCounter()
     cf = torchkiln.compile(f, backend=cnt, dynamic=False)

@@ -536,8 +536,13 @@ class Guard:
         """Dims whose sizes changed, if size checks are the only failing parts; else None.
         A failing ShapeEnv relation (``L['s'][5] == 239 - L['s'][0]``: split sizes adding
         up) is passed over: it fails because sizes it relates changed, and the size parts
-        that failed with it name those still static (a relation alone gives None)."""
+        that failed with it name those still static (a relation alone gives None).  An int
+        item of a list that changes while another item of it is already symbolic makes the
+        whole list symbolic (:func:`_whole_lists`): an MoE's split sizes change a few experts
+        a step, and one recompile per newly changed item filled cache_size_limit (8 experts,
+        6 recompiles)."""
         result: dict[str, set[int]] = {}
+        lists: dict[str, dict] = {}
         for part in self._failing(f_locals):
             if part.relation:
                 continue
@@ -548,6 +553,9 @@ class Guard:
                 continue  # strides follow sizes; the size parts decide
             if dim == SCALAR:  # a Python int argument's value
                 result.setdefault(source, set()).add(SCALAR)
+                item = _ITEM.fullmatch(source)
+                if item:
+                    lists[item.group(1)] = self._env_of(part)
                 continue
             getter = eval(f"lambda L: {source}", dict(self._env_of(part)))
             try:
@@ -562,6 +570,8 @@ class Guard:
             else:
                 dims = {dim}
             result.setdefault(source, set()).update(dims)
+        for source in _whole_lists(lists, self._parts, f_locals):
+            result.setdefault(source, set()).add(SCALAR)
         return result or None
 
     def _env_of(self, part):
@@ -581,6 +591,29 @@ def _pretty(value) -> str:
         return f"<function {value.__qualname__}>"
     text = str(value) if isinstance(value, torch.dtype) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+# an item source ``L['s'][5]``: its list ``L['s']``
+_ITEM = re.compile(r"((?:L|G)\[[^\]]+\](?:\.\w+|\['[^']*'\]|\[\d+\])*)\[\d+\]")
+
+
+def _whole_lists(lists: dict, parts, f_locals) -> list[str]:
+    """The item sources ``P[i]`` of every int (not bool) item of each list or tuple ``P``
+    (not a ``torch.Size``) of ``lists`` (source -> its guard namespace), as the frame holds
+    it now, where the guard ``parts`` checked the value of not every int item of it (one was
+    symbolic already)."""
+    static = {p.size_of[0] for p in parts if p.size_of is not None and p.size_of[1] == SCALAR}
+    items = []
+    for parent, env in lists.items():
+        try:
+            value = eval(f"lambda L: {parent}", dict(env))(f_locals)
+        except Exception:  # noqa: BLE001 - not readable now: only the items that failed
+            continue
+        if type(value) in (list, tuple):
+            mine = [f"{parent}[{i}]" for i, v in enumerate(value) if type(v) is int]
+            if not static.issuperset(mine):
+                items += mine
+    return items
 
 
 def _expected_sizes(code: str):

@@ -457,7 +457,7 @@ def _size_sources(parts: list) -> list:
     from ..shapes.policy import SCALAR
 
     sources = []
-    for code, size_of in parts:
+    for code, size_of, _ in map(_part, parts):
         if size_of is None:
             continue
         if not (isinstance(size_of, list) and len(size_of) == 2 and isinstance(size_of[0], str)):
@@ -474,6 +474,14 @@ def _size_sources(parts: list) -> list:
     return sources
 
 
+def _part(part) -> tuple:
+    """``(code, size_of, relation)`` of a record's guard part: ``[code, size_of]``, with a
+    third item ``True`` for a ShapeEnv relation (automatic dynamic passes over a failing one)."""
+    if not (isinstance(part, list) and len(part) in (2, 3) and (len(part) == 2 or part[2] is True)):
+        raise NotRecordable(f"damaged record: a guard part {str(part)[:80]}")
+    return part[0], part[1], len(part) == 3
+
+
 def _record_guard(env: dict, parts: list, lookups: list, inputs: list, f_locals: dict):
     """``(guard, namespace, input sources)``: a record's guard built as capture builds a
     fresh frame's (:meth:`GuardBuilder.build` on the call's locals: the same generated
@@ -485,8 +493,8 @@ def _record_guard(env: dict, parts: list, lookups: list, inputs: list, f_locals:
     from .guards import GuardBuilder
 
     builder = GuardBuilder(dict(env), f_locals)
-    for code, size_of in parts:
-        builder.add(code, size_of=tuple(size_of) if size_of is not None else None)
+    for code, size_of, relation in map(_part, parts):
+        builder.add(code, size_of=tuple(size_of) if size_of is not None else None, relation=relation)
     for cls, name in lookups:
         builder.class_lookup(cls, name)
     read = [builder.read_source(s) for s in inputs]
@@ -615,7 +623,7 @@ def _describe(tx, cg, compiled, side, exprs, allow_no_graph=False):
             code = _deref_calls(p.code)
             _describe_names(check_expr(code), g.env, "___c", names)
             size_of = [_deref_calls(p.size_of[0]), p.size_of[1]] if p.size_of is not None else None
-            parts.append([code, size_of])
+            parts.append([code, size_of, True] if p.relation else [code, size_of])
         inputs = [_deref_calls(i.source) for i in out.inputs] if aot_key is not None else []
         for s in inputs:
             _describe_names(check_expr(s), g.env, "___c", names)
@@ -1150,7 +1158,7 @@ def _install(fn, f_locals, rec: dict, protocol, compile_wrapper=None) -> CacheEn
     result = [] if brk is not None else [rec["result"]]
     lookups = _check_lookups(rec["lookups"])
     parts = rec["guards"]
-    check_exprs([code for code, _ in parts] + _size_sources(parts) + list(rec["inputs"]) + result
+    check_exprs([code for code, _, _ in map(_part, parts)] + _size_sources(parts) + list(rec["inputs"]) + result
                 + (_break_exprs(brk) if brk is not None else []) + [store[0] for store in stores])
     guard, env, inputs = _record_guard(env, parts, lookups, rec["inputs"], f_locals)
     if not guard.check(f_locals):
