@@ -215,3 +215,34 @@ def test_a_clone_returned_or_of_an_input_is_kept():
     torch.testing.assert_close(out[1], x.sin())
     (out[0].sum() + out[1].sum()).backward()
     torch.testing.assert_close(x.grad, 1 + x.detach().cos())
+
+
+def test_batch_first_lstm_saves_its_time_major_input_once():
+    """A batch-first LSTM over an embedding: the forward gathers the embedding straight into
+    the time-major copy its first oneDNN layer reads, and saves that copy for the layer's
+    backward; saving the embedding itself (a view of it) made the forward gather it in
+    both layouts and the backward copy it again."""
+    torch.manual_seed(0)
+    embed, lstm = torch.nn.Embedding(50, 16), torch.nn.LSTM(16, 16, num_layers=2, batch_first=True)
+    ids = torch.randint(0, 50, (3, 5))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.lstm = embed, lstm
+
+        def forward(self, t):
+            return self.lstm(self.embed(t))[0]
+
+    net, fw, bw = Net(), GraphRecorder(), GraphRecorder()
+    compiled = aot_module(net, fw, bw, partition_fn=min_cut_rematerialization_partition)
+    compiled(ids).pow(2).sum().backward()
+    got = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    net(ids).pow(2).sum().backward()
+    for g, p in zip(got, net.parameters()):
+        torch.testing.assert_close(g, p.grad)
+    saved = [n for n in bw.graphs[0].graph.nodes if n.op == "placeholder" and not n.name.startswith("tangents")]
+    fwd = {n.name: n for n in fw.graphs[0].graph.nodes}
+    producers = [fwd[s.name].target for s in saved if s.name in fwd]
+    assert aten.clone.default in producers and aten.permute.default not in producers, producers

@@ -214,6 +214,7 @@ _VIEW_NAMES = {"view", "reshape", "_unsafe_view", "t", "transpose", "permute", "
 # Ops whose inputs codegen materializes in memory (extern kernels): a pointwise value they
 # read is written by the forward anyway, so saving it costs no extra write.
 _EXTERN_NAMES = {"mm", "bmm", "addmm", "baddbmm", "convolution", "convolution_backward",
+                 "mkldnn_rnn_layer", "mkldnn_rnn_layer_backward",
                  "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
                  "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
                  "_scaled_dot_product_flash_attention_backward",
@@ -323,8 +324,9 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
             if n in bwd_needed:
                 g.add_edge(n.name + "_in", "sink", capacity=math.inf)
             continue
-        if not _recomputable(n) or (n in fwd_nodes and _op_name(n) not in _VIEW_NAMES
-                                    and _materialized(n, memo) and _materialized_in_backward(n, tangent_dep)):
+        both = (n in fwd_nodes and _op_name(n) not in _VIEW_NAMES and _materialized(n, memo)
+                and _materialized_in_backward(n, tangent_dep))
+        if not _recomputable(n) or both:
             # Must be computed in the forward: it is available to save, never recomputed.
             # A value both passes' extern kernels read (gelu's output: the forward's and
             # the weight gradient's mm) is saved: the forward writes it anyway.
@@ -336,8 +338,12 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs=N
         # A fused pointwise value would be written only to be saved: twice the cost of
         # saving one the forward writes anyway (cross-entropy saves the logits, the max and
         # the log-sum-exp, not log_softmax or its exp).
-        scale = (0.8 if n in fw_outputs else 0.9 if _is_primal(n) else 1.0 if _materialized(n, memo)
-                 else 2.0)
+        # Of equal sizes, a value both passes' extern kernels read costs less to save than a
+        # view it was computed from: saving the view, the backward would recompute the value
+        # in a kernel of its own (the LSTM's time-major copy of a batch-first embedding, which
+        # the backward's oneDNN layer reads, against the embedding itself: two layouts).
+        scale = (0.8 if n in fw_outputs else 0.9 if _is_primal(n) else 0.95 if both
+                 else 1.0 if _materialized(n, memo) else 2.0)
         g.add_edge(n.name + "_in", n.name + "_out", capacity=_nbytes(n) * scale)
         for u in n.users:
             if u.op != "output":
