@@ -216,3 +216,37 @@ def test_view_of_reused_buffer_made_once():
                    for line in lines if "del" in line), (var, compiled.source)
     for got, want in zip(compiled(*args), fn(*args)):
         torch.testing.assert_close(got, want)
+
+
+def test_extern_reads_an_expanded_argument_as_a_stride0_view():
+    # SDPA's causal mask, expanded over batch and heads: stored once (8x8), passed as a
+    # stride-0 alias as eager passes it, not materialized at (2, 3, 8, 8)
+    def fn(q, k, v):
+        i = torch.arange(8)
+        mask = torch.where(i[None, :] <= i[:, None], 0.0, float("-inf"))[None, None].expand(2, 3, 8, 8)
+        return (torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask),)
+
+    q, k, v = (torch.randn(2, 3, 8, 4) for _ in range(3))
+    compiled = _compile(fn, q, k, v)
+    assert "(2, 3, 8, 8, ), (0, 0, 8, 1, )" in compiled.source
+    assert "empty_strided((2, 3, 8, 8, )" not in compiled.source
+    torch.testing.assert_close(compiled(q, k, v)[0], fn(q, k, v)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_expanded_attention_mask_training_matches_eager():
+    import torchkiln
+
+    def fn(q, k, v, bias):
+        mask = (torch.tanh(bias) * 2)[:, None].expand(2, 3, 8, 8)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum()
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    args = [torch.randn(2, 3, 8, 4, device=dev, requires_grad=True) for _ in range(3)]
+    args.append(torch.randn(2, 8, 8, device=dev, requires_grad=True))
+    ref = fn(*args)
+    ref_grads = torch.autograd.grad(ref, args)
+    out = torchkiln.compile(fn, backend="inductor")(*args)
+    grads = torch.autograd.grad(out, args)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)

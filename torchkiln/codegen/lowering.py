@@ -28,7 +28,8 @@ from .eager_refusals import scalar_fits
 from .ir import Constant, IndexValue, Masked, Op
 from .nodes import (
     Buffer, ComputedBuffer, ExternKernel, InputBuffer, Layout, MultiOutput, MutationBuffer, Pointwise, Reduction, ReinterpretView,
-    Scatter, TensorBox, View, broadcast_loader, cast, compute_dtype, current_graph, loader_for, to_sympy,
+    Scatter, TensorBox, View, broadcast_loader, cast, compute_dtype, current_graph, loader_for, realize_expanded_root,
+    to_sympy,
 )
 
 aten = torch.ops.aten
@@ -1545,7 +1546,11 @@ def make_extern(op, args, kwargs, fallback: bool, layout=None, fx_args=None):
                     and all(to_sympy(s) == sympy.sympify(z) for s, z in zip(fake.shape, a.get_size())))
             if same and layout_opt.prefers_channels_last(a.data, a.get_size()):
                 return a.realize(layout_opt.channels_last_strides(a.get_size()))
-            return a.realize(graph._dense_stride(fake) if same else None)
+            dense = graph._dense_stride(fake) if same else None
+            if same and dense is None and any(type(st) is int and st == 0 and not (type(sz) is int and sz == 1)
+                                              for st, sz in zip(fake.stride(), fake.shape)):
+                realize_expanded_root(a)  # eager passes a stride-0 alias: so do we
+            return a.realize(dense)
         if isinstance(a, (list, tuple)):
             fx = fx_arg if isinstance(fx_arg, (list, tuple)) and len(fx_arg) == len(a) else [None] * len(a)
             return type(a)(realize_args(b, f) for b, f in zip(a, fx))

@@ -422,6 +422,21 @@ def _realize_shared_root(view: View) -> bool:
     return True
 
 
+def realize_expanded_root(box: "TensorBox") -> None:
+    """An expand (a view of more elements than the value it reads) about to be stored
+    for an extern kernel: store the value itself, so that the view becomes a stride-0
+    alias of it, as eager passes it, instead of a copy of every element (SDPA's causal
+    mask expanded over the heads: the mask kernel wrote, and the attention kernel read,
+    12x the bytes on GPT-2)."""
+    if not isinstance(box.data, View):
+        return
+    root = _view_root(box.data)
+    numel = lambda size: sympy.expand(sympy.Mul(*[to_sympy(s) for s in size]))  # noqa: E731
+    diff = sympy.expand(numel(box.get_size()) - numel(root.get_size()))
+    if not root.is_realized() and diff.is_positive:
+        root.realize()
+
+
 def _strides_equal(layout: Layout, want) -> bool:
     return all(n == 1 or sympy.expand(to_sympy(a) - to_sympy(b)) == 0
                for n, a, b in zip(layout.size, layout.stride, want))
