@@ -51,7 +51,7 @@ def kernel_table(steps: dict, n: int = 5, top: int = 12) -> str:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    names = {"eager_": "eager", "": "kiln", "peer_": "peer"}
+    names = {"eager_": "eager", "": "kiln", "peer_": "peer", "base_": "kiln base"}
     lines = []
     for prefix, step in steps.items():
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEV == "cuda" else [])
@@ -88,10 +88,38 @@ def worker(spec: dict, ctl_in: int, ctl_out: int) -> None:
         torch.cuda.synchronize = lambda: None
     from torchkiln.bench import run
 
-    intervals = {}
+    intervals, base = {}, {}
     first_call, time_interleaved = run._first_call, run._time_interleaved
+    if spec.get("base"):  # "module:function": a context manager under which torchkiln compiles the A/B's base
+        import importlib
+
+        from torchkiln.aot import config as aot_config
+        from torchkiln.codegen import config as codegen_config
+
+        mod, fn = spec["base"].split(":")
+        base_ctx = getattr(importlib.import_module(mod), fn)
+        # base and new compile the same graphs: neither may load what the other stored
+        codegen_config.fx_graph_cache = aot_config.enable_autograd_cache = False
 
     def timed_first_call(prefix, *args, **kwargs):
+        if prefix == "" and spec.get("base"):
+            t0 = time.time()
+            compile_fn = args[4]
+
+            def compile_base(model):
+                # capture caches frames by code object: a wrapper with its own forward
+                # keeps the new variant from running the base's frame
+                class Base(type(model)):
+                    def forward(self, *a, **k):
+                        return super().forward(*a, **k)
+
+                model.__class__ = Base
+                return compile_fn(model)
+
+            with base_ctx():
+                fields, step = first_call("base_", *args[:4], compile_base, *args[5:], **kwargs)
+            intervals["base_"] = (t0, time.time())
+            base["fields"], base["step"] = fields, step
         t0 = time.time()
         try:
             return first_call(prefix, *args, **kwargs)
@@ -99,6 +127,9 @@ def worker(spec: dict, ctl_in: int, ctl_out: int) -> None:
             intervals[prefix] = (t0, time.time())
 
     def exclusive_timing(steps, row, opts):
+        if base.get("step") is not None:
+            steps = {"base_": base.pop("step"), **steps}
+        row.update(base.get("fields", {}))
         os.write(ctl_out, b"T")
         assert os.read(ctl_in, 1) == b"G"
         try:
@@ -106,7 +137,7 @@ def worker(spec: dict, ctl_in: int, ctl_out: int) -> None:
             ratio = row.get("ms", math.inf) / row.get("peer_ms", math.inf) if row.get("peer_ms") else 0.0
             if ratio > spec["profile_above"] and "ms" in row:
                 try:
-                    row["kernel_table"] = kernel_table(steps)
+                    row["kernel_table"] = kernel_table(steps, top=int(os.environ.get("KTOP", "12")))
                 except Exception as exc:  # the profile is extra; the row stands
                     row["kernel_table"] = f"  profile failed: {run.first_line(exc)}"
         finally:
@@ -152,8 +183,8 @@ def _signal_tree(pid: int, sig: int) -> None:
 
 
 class _Job:
-    def __init__(self, model, mode, args, tmp, tag="", env=None, compile_mode=None):
-        self.model, self.mode, self.tag, self.env = model, mode, tag, env or {}
+    def __init__(self, model, mode, args, tmp, tag="", env=None, compile_mode=None, base=None):
+        self.model, self.mode, self.tag, self.env, self.base = model, mode, tag, env or {}, base
         self.compile_mode = compile_mode if compile_mode is not None else args.compile_mode
         self.dir = tempfile.mkdtemp(prefix=f"{model}-{mode}-", dir=tmp)
         self.out = os.path.join(self.dir, "row.json")
@@ -165,7 +196,7 @@ class _Job:
     def launch(self, args):
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
-        spec = {"model": self.model, "mode": self.mode, "out": self.out, "repeat": args.repeat,
+        spec = {"model": self.model, "mode": self.mode, "out": self.out, "repeat": args.repeat, "base": self.base,
                 "warmup": args.warmup, "compile_mode": self.compile_mode, "profile_above": args.profile_above}
         env = dict(os.environ, **self.env)
         env.update(TORCHKILN_CACHE_DIR=os.path.join(self.dir, "torchkiln"),
@@ -211,6 +242,8 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         ratio = r["ms"] / r["peer_ms"] if r.get("ms") and r.get("peer_ms") else float("nan")
         note = r.get("error") or r.get("peer_error") or r.get("note") or ""
+        if r.get("base_ms") and r.get("ms") and r.get("peer_ms"):
+            note = f"base {r['base_ms']:.2f} ms, new/base {r['ms'] / r['base_ms']:.3f}, base/peer {r['base_ms'] / r['peer_ms']:.3f} {note}"
         lines.append(f"{r.get('tag', ''):<8}{r['model']:<11}{r['mode']:<10}{r.get('status', '?'):<9}{r.get('eager_ms', math.nan):9.2f}"
                      f"{r.get('ms', math.nan):9.2f}{r.get('peer_ms', math.nan):9.2f}{ratio:10.3f}"
                      f"{r.get('speedup', math.nan):8.2f}{r.get('compile_cold_s', math.nan):12.1f}"
@@ -239,7 +272,9 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-mode", default=None)
     ap.add_argument("--profile-above", type=float, default=1.05)
     ap.add_argument("--jobs", help="a JSON list of rows instead of --models/--modes: {model, mode, tag, env, "
-                                   "compile_mode}; env (e.g. PYTHONPATH, a config switch) is the row's process's")
+                                   "compile_mode, base}; env (e.g. PYTHONPATH, a config switch) is the row's process's; base "
+                                   "(module:function, a context manager) adds a variant compiled under it (the A/B's base), "
+                                   "timed interleaved with the others, torchkiln's caches off")
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -251,7 +286,7 @@ def main(argv=None) -> int:
     models = args.models.split(",")
     models.sort(key=lambda m: _ORDER.index(m) if m in _ORDER else len(_ORDER))
     if args.jobs:
-        todo = [_Job(j["model"], j["mode"], args, tmp, j.get("tag", ""), j.get("env"), j.get("compile_mode"))
+        todo = [_Job(j["model"], j["mode"], args, tmp, j.get("tag", ""), j.get("env"), j.get("compile_mode"), j.get("base"))
                 for j in json.loads(args.jobs)]
     else:
         todo = [_Job(m, mode, args, tmp) for m in models for mode in args.modes.split(",")]
