@@ -29,8 +29,9 @@ def __getattr__(name: str):
 class CppGenerator(KernelGenerator):
     """Renders every kernel of a graph into one C++ file, builds (or loads) the .so.
 
-    Each kernel is called through a ctypes function whose argtypes are set once, with
-    ``tensor.data_ptr()`` ints and Python ints, so a launch costs about a microsecond.
+    The wrapper calls each kernel (or launch group) with its tensors and size ints,
+    through the ``_kiln_launch`` extension's entry object (:mod:`.launcher`: about
+    0.4 K instructions a launch), or through ctypes where that extension is unavailable.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -46,9 +47,11 @@ class CppGenerator(KernelGenerator):
     def start_compile(self, kernels: list) -> "PendingKernels":
         """Render the translation unit and start its build; returns at once (see
         :class:`PendingKernels`).  A cached library is loaded before returning."""
-        from . import vecmath  # the build's modules (and filelock): not needed to load a cached library
+        from . import launcher, vecmath  # the build's modules (and filelock): not needed to load a cached library
         from .build import start_build
         from .prelude import PRELUDE
+
+        launcher.start()  # its first load (or build) overlaps this library's
 
         render = globals().get("render_kernel") or __getattr__("render_kernel")  # tests patch it
         parts = [vecmath.declarations()[0], PRELUDE]
@@ -67,6 +70,8 @@ class CppGenerator(KernelGenerator):
                 parts.append(group.render())
                 built.append(group)
                 self._groups.update((k.name, group) for k in group.members)
+        parts.append(launcher.ENTRY_HELPER + "\n".join(launcher.packed_entry(k.name, len(k.buffers), _kinds(k))
+                                                        for k in built))
         self._source = "\n\n".join(parts) + "\n"
         return PendingKernels(start_build(self._source) if kernels else None, built, self._sites)
 
@@ -82,23 +87,9 @@ class CppGenerator(KernelGenerator):
         return ["_kiln_sync_threads()"] if kernels else []
 
     def call(self, kernel, args: list[str]) -> str:
-        """The launch line.  A tensor passed for several pointer parameters (a launch
-        group whose member writes into the storage another member read: the wrapper's
-        reuse renames make them one tensor) has its ``data_ptr()`` read once, into a
-        local (~0.9 us less per repeat: hooked_small's backward had 14 a step)."""
-        nbuf = len(kernel.buffers)
-        ptrs = args[:nbuf]
-        parts, first = [], {}
-        for a in ptrs:
-            if a in first:
-                parts.append(first[a])
-            elif ptrs.count(a) > 1:
-                first[a] = f"_kiln_p{len(first)}"
-                parts.append(f"({first[a]} := {a}.data_ptr())")
-            else:
-                parts.append(f"{a}.data_ptr()")
-        parts += list(args[nbuf:])
-        launch = f"{kernel.name}({', '.join(parts)})"
+        """The launch line: the kernel's entry object called with the tensors (it reads
+        their data pointers) and the size ints."""
+        launch = f"{kernel.name}({', '.join(args)})"
         if kernel.name in self._sites:  # returns 1 when an indirect index was out of range
             return f"if {launch}: _kiln_index_error({kernel.name!r})"
         return launch
@@ -118,15 +109,25 @@ def _kinds(k) -> str:
 
 
 def _bind(lib, kernels: list, sites: dict) -> dict:
-    """ctypes functions with their argtypes set, the thread-count synchronizer and the
-    raiser of index errors (``_kiln_index_error(kernel_name)``)."""
+    """Each kernel's entry object (:mod:`.launcher`; a ctypes function behind a Python
+    function that reads the tensors' ``data_ptr()`` where the extension is unavailable),
+    the thread-count synchronizer and the raiser of index errors
+    (``_kiln_index_error(kernel_name)``)."""
+    from . import launcher
+
+    launch = launcher.module()
     out = {}
     for k in kernels:
+        kinds = _kinds(k)
+        if launch is not None:
+            entry = ctypes.cast(getattr(lib, f"{k.name}_kl"), ctypes.c_void_p).value
+            out[k.name] = launch.make(k.name, entry, ("t" * len(k.buffers) + kinds).encode(), k.name in sites, lib)
+            continue
         fn = getattr(lib, k.name)
         fn.argtypes = [ctypes.c_void_p] * len(k.buffers) + [ctypes.c_double if kind == "f" else ctypes.c_int64
-                                                            for kind in _kinds(k)]
+                                                            for kind in kinds]
         fn.restype = ctypes.c_int if k.name in sites else None
-        out[k.name] = fn
+        out[k.name] = _through_ctypes(fn, len(k.buffers))
     if sites:
         getter = lib.kiln_get_index_error
         getter.argtypes = [ctypes.c_void_p]
@@ -152,6 +153,12 @@ def _bind(lib, kernels: list, sites: dict) -> dict:
 
     out["_kiln_sync_threads"] = sync_threads
     return out
+
+
+def _through_ctypes(fn, nbuf: int):
+    def launch(*args):
+        return fn(*[t.data_ptr() for t in args[:nbuf]], *args[nbuf:])
+    return launch
 
 
 class PendingKernels:
