@@ -70,8 +70,9 @@ class CppGenerator(KernelGenerator):
                 parts.append(group.render())
                 built.append(group)
                 self._groups.update((k.name, group) for k in group.members)
+        launched = [k for k in built if k.name not in self._groups]  # a group's members run inside it
         parts.append(launcher.ENTRY_HELPER + "\n".join(launcher.packed_entry(k.name, len(k.buffers), _kinds(k))
-                                                        for k in built))
+                                                        for k in launched))
         self._source = "\n\n".join(parts) + "\n"
         return PendingKernels(start_build(self._source) if kernels else None, built, self._sites)
 
@@ -120,8 +121,10 @@ def _bind(lib, kernels: list, sites: dict) -> dict:
     for k in kernels:
         kinds = _kinds(k)
         if launch is not None:
-            entry = ctypes.cast(getattr(lib, f"{k.name}_kl"), ctypes.c_void_p).value
-            out[k.name] = launch.make(k.name, entry, ("t" * len(k.buffers) + kinds).encode(), k.name in sites, lib)
+            entry = getattr(lib, f"{k.name}_kl", None)  # None: a launch group's member, never called alone
+            if entry is not None:
+                out[k.name] = launch.make(k.name, ctypes.cast(entry, ctypes.c_void_p).value,
+                                          ("t" * len(k.buffers) + kinds).encode(), k.name in sites, lib)
             continue
         fn = getattr(lib, k.name)
         fn.argtypes = [ctypes.c_void_p] * len(k.buffers) + [ctypes.c_double if kind == "f" else ctypes.c_int64
