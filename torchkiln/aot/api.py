@@ -123,6 +123,9 @@ def aot_module_simplified(gm: torch.nn.Module, example_inputs: list, fw_compiler
         if len(evs) != len(example_inputs):
             evs = None
     evs = [None] * len(names) + evs if evs is not None else None
+    if evs is not None:  # the strides capture's guard checks (docs/interfaces.md)
+        aot_config.guarded_strides = tuple([None] * len(names) + [
+            n.meta.get("torchkiln_guarded_strides") for n in gm.graph.nodes if n.op == "placeholder"])
 
     capture_env = None  # the ShapeEnv of capture's data-dependent symbols, if any
     if isinstance(gm, torch.fx.GraphModule):

@@ -43,6 +43,9 @@ class AOTConfig:
     inference_compiler: Optional[Callable] = None
     dynamic: bool = False
     aot_id: int = dataclasses.field(default_factory=lambda: next(_ids))
+    # per argument: the strides capture's guard checks it has (None: unchecked); see
+    # _mark_guarded_strides
+    guarded_strides: tuple = ()
 
     def __post_init__(self):
         self.bw_compiler = self.bw_compiler or self.fw_compiler
@@ -75,6 +78,21 @@ def _trace_partition(saved: list, aot_id: int) -> None:
             rows.append({"name": n.name, "shape": None, "dtype": type(val).__name__, "bytes": 0})
     trace.emit("partition", {"aot_id": aot_id, "saved": rows,
                              "saved_bytes": sum(r["bytes"] or 0 for r in rows)})
+
+
+def _mark_guarded_strides(gm: torch.fx.GraphModule, aot_config: AOTConfig) -> None:
+    """``meta["torchkiln_guarded_strides"]`` on the placeholders of ``gm`` (the inference
+    graph or the training forward: one placeholder per argument, in order, each passed
+    to the compiled graph as it is) whose argument capture's guard checks every stride
+    of, where the placeholder's fake has those strides (docs/interfaces.md)."""
+    flags = aot_config.guarded_strides
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if not any(flags) or len(placeholders) != len(flags):
+        return
+    for n, strides in zip(placeholders, flags):
+        val = n.meta.get("val")
+        if strides is not None and isinstance(val, torch.Tensor) and tuple(val.stride()) == strides:
+            n.meta["torchkiln_guarded_strides"] = strides
 
 
 def _placeholder_vals(gm):
@@ -218,6 +236,7 @@ def _inference_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_
     returned = [i for i in meta.mutated_inputs
                 if not (keep and not (meta.inputs[i].mutates_metadata or meta.inputs[i].mutates_storage))]
     detached = _plain_outputs_that_are_inputs(gm, meta, len(returned))
+    _mark_guarded_strides(gm, aot_config)
     compiled = aot_config.inference_compiler(gm, _placeholder_vals(gm))
     runtime = _bump_versions(_inference_wrapper(compiled, meta, returned, detached),
                              [i for i in meta.mutated_inputs if i not in returned])
@@ -330,6 +349,8 @@ def _autograd_runtime(fn, meta: ViewAndMutationMeta, fake_args, fake_mode, aot_c
         num_fw_outs -= len(in_graph)
         counters["aot_autograd"]["mutations_in_graph"] += len(in_graph)
     fw_gm.graph.output_node().meta["user_visible_outputs"] = num_fw_outs
+    if all(n.name.startswith("primals") for n in fw_gm.graph.nodes if n.op == "placeholder"):
+        _mark_guarded_strides(fw_gm, aot_config)
     with torch.no_grad():
         fw_compiled = aot_config.fw_compiler(fw_gm, _placeholder_vals(fw_gm))
     _restride_saved(fw_gm, bw_gm, getattr(fw_compiled, "output_strides", None), num_fw_outs)
@@ -496,6 +517,8 @@ def aot_dispatch_flat(fn: Callable, args: list, aot_config: AOTConfig, example_v
         inner_fn = fn
     unique_args = [args[i] for i in keep]
     evs = [example_values[i] for i in keep] if example_values is not None else None
+    if aot_config.guarded_strides and len(keep) != len(args):
+        aot_config = dataclasses.replace(aot_config, guarded_strides=tuple(aot_config.guarded_strides[i] for i in keep))
     fake_mode, fake_args = make_fake_inputs(unique_args, evs, aot_config.dynamic)
     if cache_key is not None and len(keep) != len(args):
         cache_key = cache_key + "-dedup-" + "-".join(map(str, source))

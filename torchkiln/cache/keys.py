@@ -274,8 +274,10 @@ def value(v, node_index: dict | None = None):
 def graph_description(gm: torch.fx.GraphModule) -> list:
     """The graph as a list of nodes, names/stack traces/line numbers left out.
 
-    Placeholders are described by their ``meta["val"]``/``meta["example_value"]``;
-    ``get_attr`` nodes by the attribute's value (a tensor's metadata and data hash).
+    Placeholders are described by their ``meta["val"]``/``meta["example_value"]``, and
+    the strides the caller's guard checks (``meta["torchkiln_guarded_strides"]``, where
+    set: the compiled code then leaves their check out); ``get_attr`` nodes by the
+    attribute's value (a tensor's metadata and data hash).
     """
     index: dict = {}
     nodes = []
@@ -284,6 +286,8 @@ def graph_description(gm: torch.fx.GraphModule) -> list:
         if n.op == "placeholder":
             ev = n.meta.get("val", n.meta.get("example_value"))
             nodes.append(["placeholder", value(ev) if ev is not None else None])
+            if n.meta.get("torchkiln_guarded_strides") is not None:
+                nodes[-1].append(list(n.meta["torchkiln_guarded_strides"]))
         elif n.op == "get_attr":
             attr = gm
             for part in str(n.target).split("."):

@@ -99,6 +99,7 @@ class GuardBuilder:
         self._consts = 1 + max((int(k[4:]) for k in env if k[:4] == "___c" and k[4:].isdigit()), default=-1)
         self.tensor_sources: list[str] = []
         self.keyed_sources: set[str] = set()  # tensor_match(keyed=True)
+        self.stride_sources: set[str] = set()  # tensor_match with every stride checked
         self._lookups: dict[type, set[str]] = {}  # class -> names capture looked up on it
         self._by_id: dict[int, str] = {}  # id(value) -> its constant name (the env keeps it alive)
 
@@ -239,6 +240,7 @@ class GuardBuilder:
         if all(s is not None for s in strides):
             self.add(f"{source}.stride() == {tuple(strides)!r}", self._seq_reason(source, label, "stride", strides),
                      size_of=(source, "stride"))
+            self.stride_sources.add(source)
         if keyed:
             return
         rg = bool(value.requires_grad)

@@ -236,6 +236,9 @@ class OutputGraph:
         self._eliminate_dead_code()
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name="GraphModule")
         gm.meta["torchkiln_sources"] = [i.source for i in self.inputs]
+        for i in self.inputs:  # the guard checks these strides of the input before each call
+            if isinstance(i.value, torch.Tensor) and i.source in self.guards.stride_sources:
+                i.node.meta["torchkiln_guarded_strides"] = tuple(i.node.meta["example_value"].stride())
         if self.count_ops() == 0:
             return gm.forward, None
         counters["stats"]["unique_graphs"] += 1

@@ -41,6 +41,7 @@ class GraphLowering:
         self.example_inputs = list(example_inputs)
         self.buffers: dict[str, nodes.Buffer] = {}
         self.inputs: list[tuple[str, object]] = []   # (placeholder name, InputBuffer | sympy expr | None)
+        self.guarded_strides: set[str] = set()  # inputs whose strides the caller's guard checks
         self.symbol_sources: dict[sympy.Symbol, str] = {}
         self.outputs: list = []
         self.constants: dict[str, torch.Tensor] = {}  # get_attr tensors, wrapper globals
@@ -190,6 +191,8 @@ class GraphLowering:
             self._note_shape_env(val)
             buf = InputBuffer(node.name, self.layout_of(val))
             self.buffers[node.name] = buf
+            if node.meta.get("torchkiln_guarded_strides") == tuple(val.stride()):
+                self.guarded_strides.add(node.name)  # the caller's guard checked them (docs/interfaces.md)
             self._input_offsets[node.name] = to_sympy(val.storage_offset())
             self.inputs.append((node.name, buf))
             for dim, (size, stride) in enumerate(zip(val.shape, val.stride())):

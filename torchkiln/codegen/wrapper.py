@@ -254,6 +254,8 @@ class WrapperCodegen:
             body.append(f"{sym} = {src}")
         mutated = {b.target.name for b in g.buffers.values() if isinstance(b, MutationBuffer)}
         for name, buf in g.inputs:
+            if name in g.guarded_strides and name not in mutated:
+                continue  # capture's guard checked these strides before the call
             if isinstance(buf, InputBuffer) and any(n != 1 for n in buf.layout.size):
                 # kernels index inputs with the fake strides: never read another layout
                 stride = self.shape(buf.layout.stride)
