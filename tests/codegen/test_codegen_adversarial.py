@@ -422,3 +422,17 @@ def test_zero_size_multi_dim_kernels_compile(backend, backend_device):
         check(lambda x: (x.t() + 1, (x + 1).sum(0), torch.eye(0, device=x.device) + x.sum()), torch.ones(0, 3),
               device=backend_device)
     assert not [w for w in caught if "torchkiln" in str(w.message)], [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32, torch.int64])
+def test_shift_by_the_width_or_more(dtype, backend, backend_device):
+    # (fixed) ATen gives 0 (<<) or the sign (>>) for a count < 0 or >= the width; C++'s shift is undefined there
+    # and x86 takes the count mod the width: torch.bitwise_left_shift of int32 1 by 40 gave 256 in the scalar loop
+    info = torch.iinfo(dtype)
+    counts = torch.tensor([c for c in (0, 1, 7, 8, 31, 32, 40, 63, 64, 70, -1, 127) if info.min <= c <= info.max], dtype=dtype)
+    values = torch.tensor([1, info.max, info.min, 3] + ([-1, -100] if info.min < 0 else [200]), dtype=dtype)
+    a, s = values.repeat_interleave(len(counts)), counts.repeat(len(values))
+    shifts = lambda a, s: (torch.bitwise_left_shift(a, s), torch.bitwise_right_shift(a, s), a << s, a >> s)  # noqa: E731
+    check(shifts, a, s, device=backend_device)
+    check(shifts, a[:3], s[6:9], device=backend_device)  # 3 elements: the scalar loop

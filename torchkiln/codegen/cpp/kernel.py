@@ -78,7 +78,7 @@ _BINARY = {
     "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})",
     "ge": "({0} >= {1})", "logical_and": "({0} && {1})", "logical_or": "({0} || {1})",
     "logical_xor": "({0} != {1})", "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})",
-    "bitwise_xor": "({0} ^ {1})", "lshift": "({0} << {1})", "rshift": "({0} >> {1})",
+    "bitwise_xor": "({0} ^ {1})",
     "copysign": "kiln::copysign({0}, {1})", "hypot": "kiln::hypot({0}, {1})",
 }
 
@@ -298,6 +298,8 @@ class CppKernel:
             return f"kiln::fmod({args[0]}, {args[1]})" if floating else f"({args[0]} % {args[1]})"
         if name == "pow":
             return f"kiln::pow({args[0]}, {args[1]})" if floating else f"kiln_ipow({args[0]}, {args[1]})"
+        if name in ("lshift", "rshift"):
+            return f"kiln_{name}<{vtype(dt)}>({args[0]}, {args[1]})"
         if name in ("maximum", "minimum") and not floating:
             return f"kiln::{name[:3]}<{vtype(dt)}>({args[0]}, {args[1]})"
         if name in _UNARY:

@@ -248,6 +248,15 @@ static inline float kiln_round_bf16(float f) { return kiln_bf2f(kiln_f2bf(f)); }
 
 template <typename T> static inline T kiln_maximum(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <typename T> static inline T kiln_minimum(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
+// Shifts as ATen's: a count < 0 or >= the type's width gives 0 (<<) or the sign (>>), where
+// C++'s shift is undefined (x86 takes the count mod the width: int32 1 << 40 gave 256).
+template <typename T> static inline T kiln_lshift(T a, T b) {
+  return (b < 0 || static_cast<uint64_t>(b) >= sizeof(T) * 8) ? T(0) : static_cast<T>(static_cast<uint64_t>(a) << b);
+}
+template <typename T> static inline T kiln_rshift(T a, T b) {
+  const bool out = b < 0 || static_cast<uint64_t>(b) >= sizeof(T) * 8;
+  return out ? (T(-1) < T(0) ? static_cast<T>(a >> (sizeof(T) * 8 - 1)) : T(0)) : static_cast<T>(a >> b);
+}
 template <typename T> static inline T kiln_fremainder(T a, T b) {
   T r = kiln::fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }

@@ -107,7 +107,7 @@ _UNARY_LIBDEVICE = {
     "floor", "ceil", "trunc",
 }
 _BINARY_INFIX = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
-                 "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
+                 "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
                  "ge": ">="}
 _BINARY_LIBDEVICE = {"atan2", "hypot", "copysign", "fmod", "pow"}
 
@@ -296,6 +296,14 @@ class KernelRenderer:
             return f"{a[0]}.to({cdt})"
         if name == "add" and dt == torch.bool:  # int1 ``+`` wraps (True + True gave False)
             return f"({a[0]} | {a[1]})"
+        if name in ("lshift", "rshift"):  # as ATen's: a count < 0 or >= the width gives 0 / the sign
+            width = torch.iinfo(dt).bits
+            out = f"(({a[1]} < 0) | ({a[1]} >= {width}))" if dt.is_signed else f"({a[1]} >= {width})"
+            count = f"tl.where({out}, 0, {a[1]})"
+            if name == "lshift":
+                return f"tl.where({out}, 0, {a[0]} << {count})"
+            edge = f"({a[0]} >> {width - 1})" if dt.is_signed else "0"
+            return f"tl.where({out}, {edge}, {a[0]} >> {count})"
         if name in _BINARY_INFIX:
             return f"({a[0]} {_BINARY_INFIX[name]} {a[1]})"
         if name in _UNARY_LIBDEVICE:
