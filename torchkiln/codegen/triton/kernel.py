@@ -308,6 +308,10 @@ class KernelRenderer:
             return f"({a[0]} {_BINARY_INFIX[name]} {a[1]})"
         if name in _UNARY_LIBDEVICE:
             return f"libdevice.{name}({a[0]})"
+        if name in ("fmod", "remainder", "floordiv", "truncdiv") and dt == torch.uint8:
+            # unsigned: C's truncating ``//`` and ``%`` are ATen's (the signed helpers compare
+            # with -1, which Triton refuses for an unsigned tensor: the graph fell back to eager)
+            return f"({a[0]} {'%' if name in ('fmod', 'remainder') else '//'} {a[1]})"
         if name in ("fmod", "pow") and not is_float and dt != torch.bool:
             return f"kiln_ivalue_{name}({a[0]}, {a[1]})"
         if name in _BINARY_LIBDEVICE:
