@@ -74,3 +74,26 @@ def test_multilabel_margin_loss_stops_at_the_first_minus_one():
 
 def test_multi_margin_loss_of_bool_raises_not_implemented():
     _raises_or_answers_as_eager(F.multi_margin_loss, X > 0, T)
+
+
+OUT_OF_ANOTHER_DTYPE = {  # (fixed) functionalization computed the functional op and copied into out=
+    "prod_into_int64": lambda f, o: torch.prod(f, 0, out=o),  # eager multiplies in int64: 0; kiln gave -3
+    "sum_into_int64": lambda f, o: torch.sum(f, 0, out=o),  # eager 3: the values cast to int64, then summed
+    "amax_into_float64": lambda f, o: torch.amax(f, 0, out=o.double()),  # eager raises
+    "round_into_float64": lambda f, o: torch.round(f[0], out=o.double()),  # eager raises
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUT_OF_ANOTHER_DTYPE))
+def test_out_of_another_dtype_as_eager(name):
+    fn = OUT_OF_ANOTHER_DTYPE[name]
+    f, o = torch.tensor([0.5, 1.5, 2.5, 0.25]), torch.empty((), dtype=torch.int64)
+    torchkiln.reset()
+    try:
+        expected = fn(f, o.clone())
+    except RuntimeError as eager:
+        with pytest.raises(RuntimeError, match=re.escape(str(eager).split(" ")[0])):
+            torchkiln.compile(fn)(f, o.clone())
+        return
+    got = torchkiln.compile(fn)(f, o.clone())
+    assert got.dtype == expected.dtype and torch.equal(got, expected), (got, expected)

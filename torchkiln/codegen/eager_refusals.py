@@ -330,9 +330,21 @@ def _torch_level() -> dict:
     }
 
 
+def _out_of_another_dtype(*args, out=None, **kwargs) -> bool:
+    """An ``out=`` tensor of another dtype than the first tensor argument: eager's out=
+    kernels compute in the out tensor's dtype (``torch.prod(f, 0, out=int64)`` multiplies
+    the values cast to int64: 0 where the functional prod cast afterwards gave -3) or
+    refuse it (amax, clamp, round into float64 from float32); functionalization computes
+    the functional op and copies.  Refused whenever the dtypes differ (type promotion
+    into out, ``add(i, f, out=float)``, runs eagerly too)."""
+    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return first is not None and any(isinstance(o, torch.Tensor) and o.dtype != first.dtype for o in outs)
+
+
 def torch_level_refusal(gm: torch.fx.GraphModule):
     """The first call of the captured (torch-level) graph ``gm`` that eager refuses and
-    torch's own decompositions would compute a value for, or None."""
+    torch's own decompositions would compute a value for (or compute otherwise), or None."""
     table = _torch_level()
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method"):
@@ -341,6 +353,8 @@ def torch_level_refusal(gm: torch.fx.GraphModule):
             check = table.get(node.target)
         except TypeError:  # an unhashable target
             continue
+        if check is None and "out" in node.kwargs:
+            check = _out_of_another_dtype
         if check is None:
             continue
         meta = lambda v: v.meta.get("example_value", v.meta.get("val"))  # noqa: E731
