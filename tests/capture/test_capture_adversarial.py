@@ -354,3 +354,18 @@ def test_bool_pow_bool_is_bool(backend):
     b = torch.tensor([True, False])
     torchkiln.reset()
     assert _same(list(torchkiln.compile(f, backend=backend)(b)), list(f(b)))
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_mixed_dtype_loss_dtype_read_in_frame(backend):
+    # (fixed) the meta kernels of these losses promote to the target's or weight's float64,
+    # eager's keep the input's float32: y.dtype read in the frame said float64
+    F = torch.nn.functional
+
+    def f(x, t, p):
+        ys = F.soft_margin_loss(x, t), F.huber_loss(x, t), F.binary_cross_entropy(p, p, weight=t.abs())
+        return ys, [y.dtype for y in ys], ys[0].dtype == torch.float32, F.huber_loss(x, x).dtype
+
+    args = torch.randn(4), torch.randn(4, dtype=torch.float64), torch.rand(4)
+    torchkiln.reset()
+    assert _same(list(torchkiln.compile(f, backend=backend)(*args)), list(f(*args)))

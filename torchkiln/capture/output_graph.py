@@ -142,6 +142,9 @@ class OutputGraph:
         fake_kwargs = {}
         for k, v in kwargs.items():
             node_kwargs[k], fake_kwargs[k] = self._map(v)
+        if op == "call_function" and _meta_promotes_loss(target, fake_args, fake_kwargs):
+            unsupported(f"{getattr(target, '__name__', target)} of tensors of several dtypes: its meta kernel "
+                        "promotes the loss's dtype, eager's keeps the input's")
         try:
             with self.fake_mode:
                 if op == "call_function":
@@ -316,6 +319,23 @@ def _bool_pow_bool(op, target, args, kwargs):
             and type(exponent.as_python_constant()) is bool):
         return None
     return (torch.clone if exponent.as_python_constant() else torch.ones_like), (base,), {}
+
+
+_LOSSES_META_PROMOTES = (
+    torch._C._nn.soft_margin_loss, torch._C._nn.huber_loss, torch._C._nn.binary_cross_entropy,
+    torch.nn.functional.soft_margin_loss, torch.nn.functional.huber_loss, torch.nn.functional.binary_cross_entropy,
+)
+
+
+def _meta_promotes_loss(target, fake_args, fake_kwargs) -> bool:
+    """A loss whose meta kernel (a decomposition) promotes its result to the widest dtype of
+    input, target and weight, where eager's kernel returns the input's dtype:
+    ``F.soft_margin_loss(x32, t64).dtype`` read in the frame said float64, eager's says
+    float32.  Such a call graph-breaks and runs eagerly (codegen's eager_refusals covers
+    the same calls where a graph reaches it whole)."""
+    if not any(target is f for f in _LOSSES_META_PROMOTES):
+        return False
+    return len({a.dtype for a in (*fake_args, *fake_kwargs.values()) if isinstance(a, torch.Tensor)}) > 1
 
 
 def forbid_data_ptr(fake) -> None:
