@@ -109,7 +109,10 @@ def aot_module_simplified(gm: torch.nn.Module, example_inputs: list, fw_compiler
     from torch.fx.experimental.symbolic_shapes import PropagateUnbackedSymInts
 
     from .fakes import _active_fake_mode, shape_env_of
+    from .torch_level_refusals import torch_level_refusal
 
+    if isinstance(gm, torch.fx.GraphModule) and torch_level_refusal(gm) is not None:
+        return gm.forward  # torch's decomposition would answer where eager raises (or answers otherwise)
     aot_config = AOTConfig(fw_compiler, bw_compiler, partition_fn, decompositions, 0,
                            keep_inference_input_mutations, inference_compiler, False)
     # Parameters and buffers still held as attributes (not lifted by capture) become

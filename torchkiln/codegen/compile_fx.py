@@ -404,13 +404,10 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None
     """
     from ..aot import aot_module_simplified
     from .decompositions import decompositions
-    from .eager_refusals import torch_level_refusal
 
     if mode not in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
         raise ValueError(f"Unknown mode {mode!r}; expected default, reduce-overhead, max-autotune or "
                          "max-autotune-no-cudagraphs")
-    if torch_level_refusal(gm) is not None:  # eager raises on it: the graph runs eagerly, and raises
-        return gm.forward
     cudagraphs = mode in ("reduce-overhead", "max-autotune") if not options or "triton.cudagraphs" not in options \
         else bool(options["triton.cudagraphs"])
     _warm_compile_pool(example_inputs)
@@ -427,7 +424,7 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None
         # the compiled graphs, not copies after them (as torch.compile's inductor backend)
         compiled = aot_module_simplified(gm, example_inputs, decompositions=decompositions(),
                                          keep_inference_input_mutations=True, **compilers)
-        if frozen is not None or cudagraphs:  # frame_cache.load rebuilds the default compilers only
+        if (frozen is not None or cudagraphs) and hasattr(compiled, "aot_cache_key"):  # frame_cache.load rebuilds the default compilers only
             compiled.aot_cache_key = None
         return compiled
     except Exception as e:
