@@ -16,10 +16,10 @@ import math
 
 import torch
 
-aten = torch.ops.aten
-
 from ..aot.torch_level_refusals import INTEGRAL as _INTEGRAL
 from ..aot.torch_level_refusals import multi_margin_loss_refused as _multi_margin_loss
+
+aten = torch.ops.aten
 
 
 def scalar_fits(value, dtype: torch.dtype) -> bool:
